@@ -1,0 +1,246 @@
+"""The `emq-worker` command. The only place that reads the environment (EMQ_* variables)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import anyio
+import click
+
+from emq_worker import daemon, log
+from emq_worker.config import DEFAULT_URL, WorkerSettings
+from emq_worker.errors import EmqError
+from emq_worker.ids import DEFAULT_NODE_ID
+from emq_worker.producer import Producer
+from emq_worker.protocol import DEFAULT_WIRE_VERSION
+from emq_worker.retry import format_backoff, parse_backoff
+from emq_worker.tasks import load_app
+
+DEFAULTS = WorkerSettings(queues=("default",))
+
+
+def _split_queues(values: tuple[str, ...]) -> tuple[str, ...]:
+    """`--queue a --queue b`, or EMQ_QUEUES="a,b" / "a b"."""
+    return tuple(q for value in values for q in value.replace(",", " ").split())
+
+
+redis_url_option = click.option(
+    "--redis-url",
+    envvar="EMQ_REDIS_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    help="redis://, rediss:// (TLS) or unix:// URL. Put passwords here via the environment.",
+)
+wire_version_option = click.option(
+    "--wire-version",
+    envvar="EMQ_WIRE_VERSION",
+    default=DEFAULT_WIRE_VERSION,
+    show_default=True,
+    help="The {emq}:version this process speaks; a mismatch refuses to start.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="emq-worker")
+def main() -> None:
+    """emq-worker: an asyncio worker for EchoMQ queues on Valkey/Redis."""
+
+
+@main.command()
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    required=True,
+    envvar="EMQ_QUEUES",
+    help="Queue to serve; repeat for several, served in the order given.",
+)
+@click.option(
+    "--app",
+    "app_path",
+    envvar="EMQ_APP",
+    required=True,
+    help="module:attribute of the emq_worker.App with the handlers.",
+)
+@redis_url_option
+@click.option(
+    "--concurrency",
+    "-c",
+    type=int,
+    envvar="EMQ_CONCURRENCY",
+    default=DEFAULTS.concurrency,
+    show_default=True,
+    help="Jobs run at once.",
+)
+@click.option(
+    "--lease-ms",
+    type=int,
+    envvar="EMQ_LEASE_MS",
+    default=DEFAULTS.lease_ms,
+    show_default=True,
+    help="How long a claim holds a job without a renewal.",
+)
+@click.option(
+    "--beat-ms",
+    type=int,
+    envvar="EMQ_BEAT_MS",
+    default=DEFAULTS.beat_ms,
+    show_default=True,
+    help="Reap and promote cadence; the longest park.",
+)
+@click.option(
+    "--renew-every-ms",
+    type=int,
+    envvar="EMQ_RENEW_EVERY_MS",
+    default=0,
+    help="Renewal sweep cadence.  [default: a third of --lease-ms]",
+)
+@click.option(
+    "--grace-ms",
+    type=int,
+    envvar="EMQ_GRACE_MS",
+    default=DEFAULTS.grace_ms,
+    show_default=True,
+    help="On SIGTERM, how long running jobs may finish.",
+)
+@click.option(
+    "--max-attempts",
+    type=int,
+    envvar="EMQ_MAX_ATTEMPTS",
+    default=DEFAULTS.max_attempts,
+    show_default=True,
+    help="Default attempts before a job goes to dead (tasks may override).",
+)
+@click.option(
+    "--backoff",
+    envvar="EMQ_BACKOFF",
+    default=format_backoff(DEFAULTS.backoff),
+    show_default=True,
+    help="Default retry delay: fixed:MS, exponential:BASE_MS:CAP_MS, jitter:...",
+)
+@click.option(
+    "--job-timeout-ms",
+    type=int,
+    envvar="EMQ_JOB_TIMEOUT_MS",
+    default=DEFAULTS.job_timeout_ms,
+    show_default=True,
+    help="Default handler timeout (tasks may override).",
+)
+@wire_version_option
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    envvar="EMQ_LOG_FORMAT",
+    default="auto",
+    show_default=True,
+    help="auto: console on a TTY, JSON lines otherwise.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    envvar="EMQ_LOG_LEVEL",
+    default="info",
+    show_default=True,
+)
+@click.option(
+    "--burst",
+    is_flag=True,
+    envvar="EMQ_BURST",
+    help="Exit once nothing is held, pending or scheduled.",
+)
+def run(
+    queues: tuple[str, ...],
+    app_path: str,
+    redis_url: str,
+    concurrency: int,
+    lease_ms: int,
+    beat_ms: int,
+    renew_every_ms: int,
+    grace_ms: int,
+    max_attempts: int,
+    backoff: str,
+    job_timeout_ms: int,
+    wire_version: str,
+    log_format: Any,
+    log_level: str,
+    burst: bool,
+) -> None:
+    """Run the worker daemon on one or more queues."""
+    try:
+        settings = WorkerSettings(
+            queues=_split_queues(queues),
+            redis_url=redis_url,
+            concurrency=concurrency,
+            lease_ms=lease_ms,
+            beat_ms=beat_ms,
+            renew_every_ms=renew_every_ms,
+            grace_ms=grace_ms,
+            max_attempts=max_attempts,
+            backoff=parse_backoff(backoff),
+            job_timeout_ms=job_timeout_ms,
+            wire_version=wire_version,
+            burst=burst,
+        )
+        app = load_app(app_path)
+    except EmqError as exc:
+        raise click.UsageError(str(exc)) from exc
+    log.configure(log_format, log_level)
+    try:
+        code = daemon.run(settings, app)
+    except EmqError as exc:
+        log.get_logger().error("worker_failed", error=str(exc))
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(daemon.EXIT_FATAL)
+    sys.exit(code)
+
+
+@main.command()
+@click.option("--queue", "-q", required=True, envvar="EMQ_QUEUE", help="The queue.")
+@click.argument("task")
+@click.argument("kwargs", default="{}")
+@redis_url_option
+@wire_version_option
+@click.option("--delay-ms", type=int, default=None, help="Run no sooner than this from now.")
+@click.option("--job-id", default=None, help="A caller-chosen JOB id (idempotent).")
+@click.option(
+    "--node-id",
+    type=int,
+    envvar="EMQ_NODE_ID",
+    default=DEFAULT_NODE_ID,
+    show_default=True,
+    help="Snowflake node id for minted job ids (0-1023).",
+)
+def enqueue(
+    queue: str,
+    task: str,
+    kwargs: str,
+    redis_url: str,
+    wire_version: str,
+    delay_ms: int | None,
+    job_id: str | None,
+    node_id: int,
+) -> None:
+    """Enqueue TASK with KWARGS (a JSON object) and print the job id."""
+    try:
+        parsed = json.loads(kwargs)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="KWARGS") from exc
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(
+            f"must be a JSON object; got {type(parsed).__name__}", param_hint="KWARGS"
+        )
+
+    async def send() -> str:
+        async with Producer.from_url(
+            redis_url, node_id=node_id, wire_version=wire_version
+        ) as producer:
+            result = await producer.enqueue(queue, task, parsed, delay_ms=delay_ms, job_id=job_id)
+            return result.job_id + (" (duplicate)" if result.duplicate else "")
+
+    try:
+        click.echo(anyio.run(send))
+    except EmqError as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -1,0 +1,44 @@
+"""The default payload codec: a small JSON envelope naming the task and its keyword arguments.
+
+`{"task": "charge", "kwargs": {"order_id": "A1", "amount": 1200}}`. Never pickle: a payload read
+from Redis is untrusted input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from emq_worker.errors import PayloadError
+
+
+def encode(task: str, kwargs: Mapping[str, Any] | None = None) -> bytes:
+    if not isinstance(task, str) or not task:
+        raise PayloadError(f"task name must be a non-empty string; got {task!r}")
+    try:
+        return json.dumps(
+            {"task": task, "kwargs": dict(kwargs or {})},
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+        ).encode()
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"kwargs of task {task!r} are not JSON-serialisable: {exc}") from exc
+
+
+def decode(payload: bytes) -> tuple[str, dict[str, Any]]:
+    """Return (task, kwargs), or raise PayloadError saying exactly what is wrong."""
+    try:
+        envelope = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PayloadError(f"payload is not JSON: {exc}; starts {payload[:40]!r}") from exc
+    if not isinstance(envelope, dict):
+        raise PayloadError(f"payload must be a JSON object; got {type(envelope).__name__}")
+    task = envelope.get("task")
+    if not isinstance(task, str) or not task:
+        raise PayloadError(f'payload has no task name ("task": string); got {task!r}')
+    kwargs = envelope.get("kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise PayloadError(f"payload kwargs must be a JSON object; got {type(kwargs).__name__}")
+    return task, kwargs

@@ -1,0 +1,71 @@
+"""Builds Redis clients. The only module that constructs one.
+
+Every connection, first or re-made after a drop, runs the EchoMQ version fence before any caller
+command: GET `{emq}:version`; when absent, SET NX and read it back; any other value is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+
+from emq_worker.errors import ConfigError, VersionFenceError
+from emq_worker.keys import VERSION_KEY
+
+SCHEMES = ("redis", "rediss", "unix")
+
+
+def validate_url(url: str) -> str:
+    scheme = urlsplit(url).scheme
+    if scheme not in SCHEMES:
+        raise ConfigError(
+            f"redis URL scheme must be one of {', '.join(SCHEMES)}; got {scheme or '(none)'!r} "
+            f"in {url!r}"
+        )
+    return url
+
+
+async def _read(conn: AbstractConnection, *command: str) -> Any:
+    await conn.send_command(*command)
+    return await conn.read_response()
+
+
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def check_version(conn: AbstractConnection, wire_version: str) -> None:
+    """The version fence on one connection; never overwrites a present value."""
+    found = _text(await _read(conn, "GET", VERSION_KEY))
+    if found is None:
+        await _read(conn, "SET", VERSION_KEY, wire_version, "NX")
+        found = _text(await _read(conn, "GET", VERSION_KEY))
+    if found != wire_version:
+        raise VersionFenceError(wire_version, found)
+
+
+def connect(
+    url: str, wire_version: str, *, socket_timeout_s: float | None = None, **options: Any
+) -> Redis:
+    """A client whose every (re)connection is fenced on `{emq}:version`.
+
+    Bytes in, bytes out (payloads are opaque). `socket_timeout_s` must exceed the longest
+    blocking command the caller sends (the supervisor's park).
+    """
+    validate_url(url)
+
+    async def fenced_on_connect(conn: AbstractConnection) -> None:
+        await conn.on_connect()
+        await check_version(conn, wire_version)
+
+    return Redis.from_url(
+        url,
+        decode_responses=False,
+        socket_timeout=socket_timeout_s,
+        socket_connect_timeout=5.0,
+        redis_connect_func=fenced_on_connect,
+        **options,
+    )

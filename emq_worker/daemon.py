@@ -1,0 +1,55 @@
+"""The daemon: runs a Worker under signal handling and turns its end into an exit code.
+
+The first SIGTERM/SIGINT is graceful (finish or hand back held jobs, exit 0); a second one stops at
+once and leaves held leases to the reaper. Signals are received in a task, never in a handler.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+import anyio
+
+from emq_worker.config import WorkerSettings
+from emq_worker.log import get_logger
+from emq_worker.tasks import App
+from emq_worker.worker import Worker
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+
+
+@dataclass(slots=True)
+class Outcome:
+    exit_code: int = EXIT_OK
+
+
+async def _watch_signals(worker: Worker, outcome: Outcome) -> None:
+    log = get_logger()
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        received = 0
+        async for signum in signals:
+            received += 1
+            name = signal.Signals(signum).name
+            if received == 1:
+                log.info("shutdown_requested", signal=name, grace_ms=worker.settings.grace_ms)
+                worker.request_stop()
+            else:
+                log.warning("shutdown_forced", signal=name)
+                outcome.exit_code = 128 + signum
+                worker.force_stop()
+
+
+async def serve(settings: WorkerSettings, app: App) -> int:
+    worker = Worker(settings, app)
+    outcome = Outcome()
+    async with anyio.create_task_group() as group:
+        group.start_soon(_watch_signals, worker, outcome)
+        await worker.run()
+        group.cancel_scope.cancel()
+    return outcome.exit_code
+
+
+def run(settings: WorkerSettings, app: App) -> int:
+    return anyio.run(serve, settings, app)

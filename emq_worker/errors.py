@@ -1,0 +1,74 @@
+"""The exceptions emq-worker raises. Each message names the offending value."""
+
+from __future__ import annotations
+
+from redis.exceptions import RedisError
+
+
+class EmqError(Exception):
+    """Base class of every emq-worker error."""
+
+
+class ConfigError(EmqError, ValueError):
+    """A setting, flag or URL is out of range or malformed."""
+
+
+class QueueNameError(ConfigError):
+    """A queue name breaks the EchoMQ keyspace grammar."""
+
+
+class JobIdError(EmqError, ValueError):
+    """A job id is not a well-formed branded id."""
+
+
+class VersionFenceError(EmqError, RedisError):
+    """`{emq}:version` holds another protocol version than the one this worker speaks.
+
+    Derives from RedisError (not ConnectionError) so that redis-py's retry policy does not
+    retry it: a version mismatch is final.
+    """
+
+    def __init__(self, expected: str, found: str | None) -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"{{emq}}:version is {found!r} but this worker speaks {expected!r}; "
+            "refusing to touch the keyspace (set --wire-version to match, or migrate)"
+        )
+
+
+class ScriptError(EmqError):
+    """A Lua script failed to load or replied with a shape the worker does not understand."""
+
+
+class ProtocolReplyError(EmqError):
+    """A script refused with a typed EchoMQ error class (EMQKIND, EMQLOCK, EMQSTATE, ...)."""
+
+    def __init__(self, error_class: str, detail: str) -> None:
+        self.error_class = error_class
+        self.detail = detail
+        super().__init__(f"{error_class} {detail}")
+
+
+class KindError(ProtocolReplyError):
+    """EMQKIND: the job id is not JOB-namespaced."""
+
+
+class LockedError(ProtocolReplyError):
+    """EMQLOCK: the job is held by a worker and cannot be removed."""
+
+
+class StateError(ProtocolReplyError):
+    """EMQSTATE: the job is not in the state the verb needs."""
+
+
+class UnknownTaskError(EmqError, LookupError):
+    """A payload names a task that the app does not register."""
+
+
+class PayloadError(EmqError, ValueError):
+    """A payload could not be decoded into a task call."""
+
+
+class AppImportError(ConfigError):
+    """`--app module:attr` does not point at an App."""

@@ -1,0 +1,89 @@
+"""Key names of the EchoMQ keyspace. Pure: no I/O.
+
+Every per-queue key shares the `{q}` hash tag, so a queue lives on one cluster slot and every
+script touches one slot only. The reserve keys (`{emq}:...`) live on their own slot.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from emq_worker.errors import QueueNameError
+
+VERSION_KEY: Final = "{emq}:version"
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def validate_queue_name(name: str) -> str:
+    """Return `name` if it is a legal queue name, else raise QueueNameError naming it."""
+    if not isinstance(name, str) or not _QUEUE_NAME.fullmatch(name):
+        raise QueueNameError(f"queue name must match [A-Za-z0-9._-]{{1,128}}; got {name!r}")
+    if name == "emq":
+        raise QueueNameError("queue name 'emq' is reserved (it would share the {emq} hash tag)")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The keys of one queue `q`, all under the prefix `emq:{q}:`."""
+
+    queue: str
+    prefix: str
+    pending: str
+    active: str
+    schedule: str
+    dead: str
+    meta: str
+    wake: str
+    completed: str
+    failed: str
+
+    @classmethod
+    def of(cls, queue: str) -> QueueKeys:
+        p = f"emq:{{{validate_queue_name(queue)}}}:"
+        return cls(
+            queue=queue,
+            prefix=p,
+            pending=p + "pending",
+            active=p + "active",
+            schedule=p + "schedule",
+            dead=p + "dead",
+            meta=p + "meta",
+            wake=p + "wake",
+            completed=p + "metrics:completed",
+            failed=p + "metrics:failed",
+        )
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    def lock(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}:lock"
+
+    def receipt(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}:receipt"
+
+    def logs(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}:logs"
+
+    def claim_memo(self, nonce: str) -> str:
+        return f"{self.prefix}claim:{nonce}"
+
+
+def hash_slot(key: str) -> int:
+    """The cluster slot of `key`: CRC16-XMODEM of its first non-empty `{...}` span, mod 16384."""
+    data = key.encode()
+    start = data.find(b"{")
+    if start != -1:
+        end = data.find(b"}", start + 1)
+        if end > start + 1:
+            data = data[start + 1 : end]
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
+            crc &= 0xFFFF
+    return crc % 16384

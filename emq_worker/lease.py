@@ -1,0 +1,96 @@
+"""Held leases: what the worker owns right now, and the cancel scope of the job under each.
+
+A lease is confirmed when a claim or a renewal sweep that covered it was sent; if no sweep has
+confirmed it for a whole lease (by the worker's monotonic clock), the server has given it away
+and the worker stops that job itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import anyio
+
+from emq_worker.outcomes import ClaimedJob
+from emq_worker.protocol import JobId
+from emq_worker.queue import HeldLease
+
+
+@dataclass(slots=True, eq=False)
+class Lease:
+    job: ClaimedJob
+    confirmed_at: float
+    """Monotonic time at which the last claim or renewal covering this lease was sent."""
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    lost: bool = False
+
+    @property
+    def held(self) -> HeldLease:
+        return HeldLease(self.job.id, self.job.token, self.job.nonce)
+
+    def lose(self) -> None:
+        """Stop the job at once; its late result will never be written."""
+        self.lost = True
+        self.scope.cancel()
+
+
+class LeaseBook:
+    """Every lease the worker holds, by queue and job id; changes in O(1)."""
+
+    def __init__(self) -> None:
+        self._by_queue: dict[str, dict[JobId, Lease]] = {}
+        self._size = 0
+        self._emptied = anyio.Event()
+        self._emptied.set()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, lease: Lease) -> None:
+        leases = self._by_queue.setdefault(lease.job.queue, {})
+        if lease.job.id not in leases:
+            self._size += 1
+        leases[lease.job.id] = lease
+        if self._emptied.is_set():
+            self._emptied = anyio.Event()
+
+    def discard(self, lease: Lease) -> None:
+        leases = self._by_queue.get(lease.job.queue, {})
+        if leases.get(lease.job.id) is lease:
+            del leases[lease.job.id]
+            self._size -= 1
+            if self._size == 0:
+                self._emptied.set()
+
+    def get(self, queue: str, job_id: JobId) -> Lease | None:
+        return self._by_queue.get(queue, {}).get(job_id)
+
+    def queues(self) -> Iterator[tuple[str, list[Lease]]]:
+        """A snapshot per queue that holds anything (safe to mutate the book meanwhile)."""
+        for queue, leases in list(self._by_queue.items()):
+            if leases:
+                yield queue, list(leases.values())
+
+    def __iter__(self) -> Iterator[Lease]:
+        for _, leases in self.queues():
+            yield from leases
+
+    async def wait_empty(self) -> None:
+        await self._emptied.wait()
+
+
+class SlotSignal:
+    """Lets the supervisor sleep until some job frees its slot."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+
+    def arm(self) -> anyio.Event:
+        """The event the next `fire` sets (a fresh one if the last was already fired)."""
+        if self._event.is_set():
+            self._event = anyio.Event()
+        return self._event

@@ -1,0 +1,45 @@
+-- enqueue: add jobs to a queue, now (pending) or later (schedule), all or none.
+--
+-- KEYS[1] = emq:{q}:pending
+-- KEYS[2] = emq:{q}:schedule
+-- KEYS[3] = emq:{q}:wake
+-- ARGV[1] = p, the queue prefix "emq:{q}:" (rows are p.."job:"..id, on the same slot)
+-- ARGV[2..] = one quadruple per job: id, payload, mode ("now" | "in" | "at"), ms
+--             ("in": ms from now on the server clock; "at": absolute unix ms; "now": ignored)
+--
+-- Reply: an array with one integer per job, in order: 1 enqueued, 0 duplicate (the row exists;
+--        the original row is kept untouched).
+-- Errors: EMQKIND when any id is not JOB-namespaced; checked for every job before any write.
+--- @include now_ms
+--- @include fence
+local p = ARGV[1]
+for i = 2, #ARGV, 4 do
+  if string.sub(ARGV[i], 1, 3) ~= 'JOB' then
+    return redis.error_reply('EMQKIND job id must be JOB-namespaced: ' .. ARGV[i])
+  end
+end
+local replies, ready = {}, 0
+local now = nil
+for i = 2, #ARGV, 4 do
+  local id, payload, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local row = p .. 'job:' .. id
+  if redis.call('EXISTS', row) == 1 then
+    replies[#replies + 1] = 0
+  elseif mode == 'now' then
+    redis.call('HSET', row, 'state', 'pending', 'attempts', '0', 'payload', payload)
+    redis.call('ZADD', KEYS[1], 0, id)
+    ready = ready + 1
+    replies[#replies + 1] = 1
+  else
+    local at = tonumber(ARGV[i + 3])
+    if mode == 'in' then
+      now = now or now_ms()
+      at = now + at
+    end
+    redis.call('HSET', row, 'state', 'scheduled', 'attempts', '0', 'payload', payload)
+    redis.call('ZADD', KEYS[2], at, id)
+    replies[#replies + 1] = 1
+  end
+end
+wake(KEYS[3], ready)
+return replies

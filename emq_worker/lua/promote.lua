@@ -1,0 +1,40 @@
+-- promote: move due scheduled jobs to pending on the server clock.
+--
+-- KEYS[1] = emq:{q}:schedule
+-- KEYS[2] = emq:{q}:pending
+-- KEYS[3] = emq:{q}:wake
+-- ARGV[1] = p, the queue prefix "emq:{q}:"
+-- ARGV[2] = batch: the most jobs to promote in this call
+--
+-- Reply: {promoted, phantoms, next_due_in_ms, more}
+--   next_due_in_ms = ms from now until the earliest job still scheduled (-1 when none), so the
+--                    caller can park until exactly then instead of a whole beat
+--   more           = 1 when the batch was full
+--- @include now_ms
+--- @include fence
+local p, batch = ARGV[1], tonumber(ARGV[2])
+local now = now_ms()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
+local promoted, phantoms = 0, 0
+for _, id in ipairs(due) do
+  redis.call('ZREM', KEYS[1], id)
+  local row = p .. 'job:' .. id
+  if redis.call('EXISTS', row) == 1 then
+    redis.call('ZADD', KEYS[2], 0, id)
+    redis.call('HSET', row, 'state', 'pending')
+    promoted = promoted + 1
+  else
+    phantoms = phantoms + 1
+  end
+end
+wake(KEYS[3], promoted)
+local next_due = -1
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #head > 0 then
+  next_due = math.max(0, tonumber(head[2]) - now)
+end
+local more = 0
+if #due == batch then
+  more = 1
+end
+return {promoted, phantoms, next_due, more}

@@ -1,0 +1,44 @@
+-- reap: return expired leases to pending on the server clock, or dead-letter a crash loop.
+--
+-- KEYS[1] = emq:{q}:active
+-- KEYS[2] = emq:{q}:pending
+-- KEYS[3] = emq:{q}:dead
+-- KEYS[4] = emq:{q}:metrics:failed
+-- KEYS[5] = emq:{q}:wake
+-- ARGV[1] = p, the queue prefix "emq:{q}:"
+-- ARGV[2] = batch: the most leases to reap in this call (ZRANGEBYSCORE ... LIMIT 0 batch)
+-- ARGV[3] = max_attempts: a lease that expires at attempts - attempts_base >= max_attempts goes
+--           to dead with last_error "lease expired ..." instead of cycling forever (EchoMQ's D2)
+--
+-- Reply: {returned, dead_lettered, phantoms, more}; more = 1 when the batch was full and another
+--        call may find more. Each reaped job loses its lock subkey; returned jobs push wake tokens.
+--- @include now_ms
+--- @include fence
+local p, batch, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, batch)
+local returned, dead, phantoms = 0, 0, 0
+for _, id in ipairs(expired) do
+  redis.call('ZREM', KEYS[1], id)
+  local row = p .. 'job:' .. id
+  local fields = redis.call('HMGET', row, 'attempts', 'attempts_base')
+  if not fields[1] then
+    phantoms = phantoms + 1
+  elseif tonumber(fields[1]) - tonumber(fields[2] or '0') >= max then
+    redis.call('ZADD', KEYS[3], 0, id)
+    redis.call('HSET', row, 'state', 'dead',
+      'last_error', 'lease expired on attempt ' .. fields[1] .. ' (max_attempts ' .. max .. ')')
+    redis.call('HINCRBY', KEYS[4], 'count', 1)
+    dead = dead + 1
+  else
+    redis.call('ZADD', KEYS[2], 0, id)
+    redis.call('HSET', row, 'state', 'pending')
+    returned = returned + 1
+  end
+  redis.call('DEL', row .. ':lock')
+end
+wake(KEYS[5], returned)
+local more = 0
+if #expired == batch then
+  more = 1
+end
+return {returned, dead, phantoms, more}

@@ -1,0 +1,28 @@
+-- remove: delete a job that nobody holds, from whichever set it is in.
+--
+-- KEYS[1] = emq:{q}:pending
+-- KEYS[2] = emq:{q}:active
+-- KEYS[3] = emq:{q}:schedule
+-- KEYS[4] = emq:{q}:dead
+-- ARGV[1] = p, the queue prefix "emq:{q}:"
+-- ARGV[2] = job id
+-- ARGV[3] = dedup id, or "" (its de:<did> key is deleted only while it still names this job)
+--
+-- Reply: 1 removed, -1 gone (no row).
+-- Errors: EMQLOCK when the lock subkey or the row's lock field exists (a worker holds the job).
+local p, id, did = ARGV[1], ARGV[2], ARGV[3]
+local row = p .. 'job:' .. id
+if redis.call('EXISTS', row) == 0 then
+  return -1
+end
+if redis.call('EXISTS', row .. ':lock') == 1 or redis.call('HEXISTS', row, 'lock') == 1 then
+  return redis.error_reply('EMQLOCK job is locked: ' .. id)
+end
+for i = 1, 4 do
+  redis.call('ZREM', KEYS[i], id)
+end
+if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
+  redis.call('DEL', p .. 'de:' .. did)
+end
+redis.call('DEL', row, row .. ':logs', row .. ':receipt')
+return 1

@@ -1,0 +1,124 @@
+"""Typed values the queue verbs return. Expected outcomes are values, never exceptions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from emq_worker.errors import ScriptError
+from emq_worker.protocol import JobId, Token
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    queue: str
+    id: JobId
+    payload: bytes
+    token: Token
+    nonce: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    jobs: tuple[ClaimedJob, ...]
+    paused: bool
+    phantoms: int
+
+
+class SettleStatus(StrEnum):
+    OK = "ok"
+    SETTLED = "settled"
+    """This holder had already settled the job (a re-sent command); nothing changed."""
+    GONE = "gone"
+    STALE = "stale"
+    """Another holder owns the job: the write was fenced out."""
+    STATE = "state"
+    """The token matches but the job is no longer active (scheduled or dead)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SettleResult:
+    status: SettleStatus
+    detail: str = ""
+    """For OK/SETTLED: the outcome (completed, scheduled, pending, dead); for STALE: the current
+    attempts or lock value; for STATE: the state found."""
+
+
+@dataclass(frozen=True, slots=True)
+class LostLease:
+    id: JobId
+    current: str
+    """The row's attempts now ('' when gone), or its state when the token still matches."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReapResult:
+    returned: int
+    dead: int
+    phantoms: int
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PromoteResult:
+    promoted: int
+    phantoms: int
+    next_due_ms: int | None
+    more: bool
+
+
+def text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    raise ScriptError(f"expected a string in a script reply; got {value!r}")
+
+
+def settle_result(reply: Any) -> SettleResult:
+    """The one mapping of complete/fail replies to a SettleResult (EchoMQ's D10)."""
+    if not isinstance(reply, list) or not reply:
+        raise ScriptError(f"unexpected settle reply: {reply!r}")
+    try:
+        status = SettleStatus(text(reply[0]))
+    except ValueError as exc:
+        raise ScriptError(f"unexpected settle status: {reply!r}") from exc
+    detail = text(reply[1]) if len(reply) > 1 else ""
+    return SettleResult(status, detail)
+
+
+def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:
+    if not isinstance(reply, list) or len(reply) < 2 or (len(reply) - 2) % 3:
+        raise ScriptError(f"unexpected claim reply: {reply!r}")
+    jobs = []
+    for i in range(2, len(reply), 3):
+        payload = reply[i + 1]
+        jobs.append(
+            ClaimedJob(
+                queue=queue,
+                id=JobId(text(reply[i])),
+                payload=payload if isinstance(payload, bytes) else text(payload).encode(),
+                token=Token(int(reply[i + 2])),
+                nonce=nonce,
+            )
+        )
+    return ClaimResult(jobs=tuple(jobs), paused=text(reply[0]) == "paused", phantoms=int(reply[1]))
+
+
+def lost_leases(reply: Any) -> list[LostLease]:
+    if not isinstance(reply, list) or len(reply) % 2:
+        raise ScriptError(f"unexpected renew reply: {reply!r}")
+    return [LostLease(JobId(text(reply[i])), text(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+def reap_result(reply: Any) -> ReapResult:
+    returned, dead, phantoms, more = (int(v) for v in reply)
+    return ReapResult(returned, dead, phantoms, bool(more))
+
+
+def promote_result(reply: Any) -> PromoteResult:
+    promoted, phantoms, next_due, more = (int(v) for v in reply)
+    return PromoteResult(promoted, phantoms, None if next_due < 0 else next_due, bool(more))

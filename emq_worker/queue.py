@@ -1,0 +1,227 @@
+"""Typed verbs over one queue's scripts: what the supervisor, runner, producer and admin call."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from redis.asyncio import Redis
+
+from emq_worker.keys import QueueKeys
+from emq_worker.outcomes import (
+    ClaimResult,
+    LostLease,
+    PromoteResult,
+    ReapResult,
+    SettleResult,
+    claim_result,
+    lost_leases,
+    promote_result,
+    reap_result,
+    settle_result,
+    text,
+)
+from emq_worker.protocol import JobId, JobState, Token
+from emq_worker.scripts import ArgValue, Scripts
+
+ScheduleMode = Literal["now", "in", "at"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """One job to enqueue: `mode` "now", "in" (ms from now, server clock) or "at" (unix ms)."""
+
+    id: JobId
+    payload: bytes
+    mode: ScheduleMode = "now"
+    ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLease:
+    """What a renew or release needs to prove ownership of one lease."""
+
+    id: JobId
+    token: Token
+    nonce: str
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    pending: int
+    active: int
+    scheduled: int
+    dead: int
+    completed: int
+    failed: int
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(8)
+
+
+class Queue:
+    """One queue's verbs. Holds no state of its own beyond its client, scripts and keys."""
+
+    def __init__(self, client: Redis, scripts: Scripts, name: str) -> None:
+        self.client = client
+        self.scripts = scripts
+        self.keys = QueueKeys.of(name)
+        self.name = name
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
+        """Enqueue all or none; True per job enqueued, False where the id already existed."""
+        if not jobs:
+            return []
+        args: list[ArgValue] = [self.keys.prefix]
+        for job in jobs:
+            args += [job.id, job.payload, job.mode, job.ms]
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client, "enqueue", [k.pending, k.schedule, k.wake], args
+        )
+        return [int(flag) == 1 for flag in reply]
+
+    async def claim(self, count: int, lease_ms: int, nonce: str | None = None) -> ClaimResult:
+        nonce = nonce or new_nonce()
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client,
+            "claim",
+            [k.pending, k.active, k.meta],
+            [k.prefix, lease_ms, count, nonce],
+        )
+        return claim_result(self.name, nonce, reply)
+
+    async def renew(self, leases: Iterable[HeldLease], lease_ms: int) -> list[LostLease]:
+        args: list[ArgValue] = [self.keys.prefix, lease_ms]
+        for lease in leases:
+            args += [lease.id, lease.token, lease.nonce]
+        reply = await self.scripts.call(self.client, "renew", [self.keys.active], args)
+        return lost_leases(reply)
+
+    async def complete(self, lease: HeldLease, receipt_ms: int) -> SettleResult:
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client,
+            "complete",
+            [k.completed],
+            [k.prefix, lease.id, lease.token, lease.nonce, receipt_ms],
+        )
+        return settle_result(reply)
+
+    async def fail(
+        self,
+        lease: HeldLease,
+        receipt_ms: int,
+        *,
+        delay_ms: int,
+        max_attempts: int,
+        error: str,
+    ) -> SettleResult:
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client,
+            "fail",
+            [k.schedule, k.dead, k.failed, k.wake],
+            [
+                k.prefix,
+                lease.id,
+                lease.token,
+                lease.nonce,
+                receipt_ms,
+                delay_ms,
+                max_attempts,
+                error,
+            ],
+        )
+        return settle_result(reply)
+
+    async def release(self, leases: Sequence[HeldLease]) -> int:
+        if not leases:
+            return 0
+        args: list[ArgValue] = [self.keys.prefix]
+        for lease in leases:
+            args += [lease.id, lease.token, lease.nonce]
+        k = self.keys
+        return int(
+            await self.scripts.call(self.client, "release", [k.active, k.pending, k.wake], args)
+        )
+
+    async def reap(self, batch: int, max_attempts: int) -> ReapResult:
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client,
+            "reap",
+            [k.active, k.pending, k.dead, k.failed, k.wake],
+            [k.prefix, batch, max_attempts],
+        )
+        return reap_result(reply)
+
+    async def promote(self, batch: int) -> PromoteResult:
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client, "promote", [k.schedule, k.pending, k.wake], [k.prefix, batch]
+        )
+        return promote_result(reply)
+
+    async def remove(self, job_id: JobId, dedup_id: str = "") -> bool:
+        """Delete an unheld job; False when it was gone. Raises LockedError while it is held."""
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client,
+            "remove",
+            [k.pending, k.active, k.schedule, k.dead],
+            [k.prefix, job_id, dedup_id],
+        )
+        return int(reply) == 1
+
+    async def reprocess(self, job_id: JobId) -> bool:
+        """Return a dead job to pending with a fresh retry budget; False when it was gone."""
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client, "reprocess", [k.dead, k.pending, k.wake], [k.prefix, job_id]
+        )
+        return int(reply) == 1
+
+    async def pause(self) -> None:
+        await self.client.hset(self.keys.meta, "paused", "1")
+
+    async def resume(self) -> None:
+        await self.client.hdel(self.keys.meta, "paused")
+
+    async def counts(self) -> Counts:
+        k = self.keys
+        async with self.client.pipeline(transaction=False) as pipe:
+            for key in (k.pending, k.active, k.schedule, k.dead):
+                pipe.zcard(key)
+            pipe.hget(k.completed, "count")
+            pipe.hget(k.failed, "count")
+            pending, active, scheduled, dead, completed, failed = await pipe.execute()
+        return Counts(pending, active, scheduled, dead, int(completed or 0), int(failed or 0))
+
+    async def get_job(self, job_id: JobId) -> dict[str, str] | None:
+        """The job row with text fields (payload decoded as UTF-8 with replacement), or None."""
+        row = await self.client.hgetall(self.keys.job(job_id))
+        if not row:
+            return None
+        return {
+            text(k): v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+            for k, v in row.items()
+        }
+
+    async def state_of(self, job_id: JobId) -> str:
+        """Where the job is: pending, active, scheduled, dead, unknown (row only) or absent."""
+        k = self.keys
+        async with self.client.pipeline(transaction=False) as pipe:
+            for key in (k.pending, k.active, k.schedule, k.dead):
+                pipe.zscore(key, job_id)
+            pipe.exists(k.job(job_id))
+            *scores, exists = await pipe.execute()
+        states = (JobState.PENDING, JobState.ACTIVE, JobState.SCHEDULED, JobState.DEAD)
+        for state, score in zip(states, scores, strict=True):
+            if score is not None:
+                return str(state)
+        return "unknown" if exists else "absent"

@@ -1,0 +1,106 @@
+"""The renewal sweep: every tick, one `renew` script call per queue renews every held lease.
+
+The cost of keeping K leases alive is one round trip per queue per tick, whatever K is. A lease
+the server reports lost cancels its job at once. If renewals keep failing (Redis unreachable)
+for a whole lease, the worker gives its leases up itself: the server has already given them away.
+"""
+
+from __future__ import annotations
+
+import anyio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from emq_worker.clock import Clock
+from emq_worker.config import WorkerSettings
+from emq_worker.lease import Lease, LeaseBook, SlotSignal
+from emq_worker.log import get_logger
+from emq_worker.metrics import Counters
+from emq_worker.outcomes import LostLease
+from emq_worker.queue import Queue
+
+
+class RenewalSweep:
+    def __init__(
+        self,
+        queues: dict[str, Queue],
+        book: LeaseBook,
+        slots: SlotSignal,
+        settings: WorkerSettings,
+        counters: Counters,
+        clock: Clock,
+    ) -> None:
+        self.queues = queues
+        self.book = book
+        self.slots = slots
+        self.settings = settings
+        self.counters = counters
+        self.clock = clock
+        self.log = get_logger()
+
+    async def run(self) -> None:
+        interval = self.settings.renew_interval_ms / 1000
+        next_tick = self.clock.monotonic() + interval
+        while True:
+            await anyio.sleep(max(0.0, next_tick - self.clock.monotonic()))
+            next_tick = max(next_tick + interval, self.clock.monotonic())
+            await self.tick()
+
+    async def tick(self) -> None:
+        sent_at = self.clock.monotonic()
+        async with anyio.create_task_group() as group:
+            for queue, leases in self.book.queues():
+                group.start_soon(self._renew_queue, self.queues[queue], leases, sent_at)
+        self._self_fence()
+
+    async def _renew_queue(self, queue: Queue, leases: list[Lease], sent_at: float) -> None:
+        try:
+            lost = await queue.renew([lease.held for lease in leases], self.settings.lease_ms)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            self.counters.renew_failures += 1
+            self.log.warning("renew_failed", queue=queue.name, leases=len(leases), error=str(exc))
+            return
+        self.counters.renew_sweeps += 1
+        lost_by_id = {item.id: item for item in lost}
+        for lease in leases:
+            item = lost_by_id.get(lease.job.id)
+            if item is None:
+                lease.confirmed_at = max(lease.confirmed_at, sent_at)
+            else:
+                self._lose(lease, item)
+
+    def _lose(self, lease: Lease, item: LostLease) -> None:
+        job = lease.job
+        stale = item.current != "" and item.current != str(job.token)
+        self.counters.leases_lost += 1
+        if stale:
+            self.counters.fenced += 1
+        self.log.warning(
+            "lease_lost",
+            queue=job.queue,
+            job_id=job.id,
+            stale_token=job.token,
+            current=item.current or "gone",
+            fenced=stale,
+        )
+        self._give_up(lease)
+
+    def _self_fence(self) -> None:
+        """Give up leases no sweep has confirmed for a whole lease (by our own clock)."""
+        horizon = self.clock.monotonic() - self.settings.lease_ms / 1000
+        for lease in self.book:
+            if lease.confirmed_at <= horizon:
+                self.counters.self_fenced += 1
+                self.log.warning(
+                    "lease_self_fenced",
+                    queue=lease.job.queue,
+                    job_id=lease.job.id,
+                    token=lease.job.token,
+                    unconfirmed_ms=self.settings.lease_ms,
+                )
+                self._give_up(lease)
+
+    def _give_up(self, lease: Lease) -> None:
+        lease.lose()
+        self.book.discard(lease)
+        self.slots.fire()

@@ -1,0 +1,143 @@
+"""The Lua scripts: read from `lua/*.lua` at start-up, loaded once, called by EVALSHA.
+
+Each script's header declares its `KEYS[i] =` lines; the loader checks that count against the
+number of keys the Python side declares, so a wrapper and its script cannot drift apart. On
+NOSCRIPT (server restart, failover, SCRIPT FLUSH) the script is loaded again and the call retried
+once. Error replies whose text starts with an EchoMQ class word become typed exceptions here, in
+exactly one place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, ResponseError
+
+from emq_worker.errors import (
+    KindError,
+    LockedError,
+    ProtocolReplyError,
+    ScriptError,
+    StateError,
+)
+
+_INCLUDE = re.compile(r"^--- @include (\w+)\s*$", re.MULTILINE)
+_KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\] = ", re.MULTILINE)
+_ERROR_CLASSES: Final[dict[str, type[ProtocolReplyError]]] = {
+    "EMQKIND": KindError,
+    "EMQLOCK": LockedError,
+    "EMQSTATE": StateError,
+}
+
+KEY_COUNTS: Final[dict[str, int]] = {
+    "enqueue": 3,
+    "claim": 3,
+    "renew": 1,
+    "complete": 1,
+    "fail": 4,
+    "release": 3,
+    "reap": 5,
+    "promote": 3,
+    "remove": 4,
+    "reprocess": 3,
+}
+"""How many KEYS each verb's Python wrapper passes; checked against each script's header."""
+
+ArgValue = str | bytes | int
+
+
+@dataclass(frozen=True, slots=True)
+class LuaScript:
+    name: str
+    source: str
+    sha: str
+    key_count: int
+
+
+def read_source(name: str) -> str:
+    """`lua/<name>.lua`, each `--- @include x` line replaced by `lua/includes/x.lua`."""
+    folder = resources.files("emq_worker") / "lua"
+    try:
+        text = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ScriptError(f"no Lua script for verb {name!r} (lua/{name}.lua)") from exc
+
+    def include(match: re.Match[str]) -> str:
+        return (folder / "includes" / f"{match.group(1)}.lua").read_text(encoding="utf-8")
+
+    return _INCLUDE.sub(include, text)
+
+
+def declared_key_count(source: str) -> int:
+    """The number of `-- KEYS[i] =` lines in a script's header (they must run 1..n)."""
+    numbers = [int(n) for n in _KEY_LINE.findall(source)]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise ScriptError(f"KEYS lines must be numbered 1..n in order; got {numbers}")
+    return len(numbers)
+
+
+def build(name: str) -> LuaScript:
+    source = read_source(name)
+    declared = declared_key_count(source)
+    expected = KEY_COUNTS[name]
+    if declared != expected:
+        raise ScriptError(
+            f"lua/{name}.lua declares {declared} KEYS but its wrapper passes {expected}"
+        )
+    sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
+    return LuaScript(name=name, source=source, sha=sha, key_count=declared)
+
+
+def typed_error(error: ResponseError) -> Exception:
+    """Map an error reply to a typed exception; an unknown reply stays a ResponseError."""
+    text = str(error)
+    word, _, detail = text.partition(" ")
+    error_class = _ERROR_CLASSES.get(word)
+    if error_class is not None:
+        return error_class(word, detail)
+    if word.startswith("EMQ"):
+        return ProtocolReplyError(word, detail)
+    return error
+
+
+class Scripts:
+    """Every verb's script, built once; `call` runs one by EVALSHA with NOSCRIPT recovery."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, LuaScript] = {name: build(name) for name in KEY_COUNTS}
+
+    async def load_all(self, client: Redis) -> None:
+        """SCRIPT LOAD every script; fail fast naming the file the server rejects."""
+        for script in self.by_name.values():
+            await self._load(client, script)
+
+    async def _load(self, client: Redis, script: LuaScript) -> None:
+        try:
+            sha = await client.script_load(script.source)
+        except ResponseError as exc:
+            raise ScriptError(f"the server rejected lua/{script.name}.lua: {exc}") from exc
+        if isinstance(sha, bytes):
+            sha = sha.decode()
+        if sha != script.sha:
+            raise ScriptError(f"SCRIPT LOAD of lua/{script.name}.lua returned sha {sha}")
+
+    async def call(
+        self, client: Redis, name: str, keys: Sequence[str], args: Sequence[ArgValue]
+    ) -> Any:
+        script = self.by_name[name]
+        if len(keys) != script.key_count:
+            raise ScriptError(f"{name} takes {script.key_count} keys; got {len(keys)}")
+        try:
+            try:
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                await self._load(client, script)
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except ResponseError as exc:
+            raise typed_error(exc) from exc

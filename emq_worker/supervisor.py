@@ -1,0 +1,201 @@
+"""The supervisor owns the beat: reap first, then promote, then drain, then park.
+
+Reap and promote run once per beat. Drain claims as many ready jobs as there are free slots, in
+one script call per queue, queues served in the order given. Park sleeps until the next beat or
+the next scheduled job is due; it returns early on a wake token (new work) when slots are free,
+or when a running job frees a slot while all are taken.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskGroup
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from emq_worker.clock import Clock
+from emq_worker.config import WorkerSettings
+from emq_worker.lease import Lease, LeaseBook, SlotSignal
+from emq_worker.log import get_logger
+from emq_worker.metrics import Counters
+from emq_worker.queue import Queue
+from emq_worker.runner import JobRunner
+
+MAX_REAP_BATCHES_PER_BEAT = 10
+BACKOFF_FIRST_S = 0.1
+BACKOFF_CAP_S = 5.0
+
+
+@dataclass(slots=True)
+class DrainResult:
+    claimed: int = 0
+    more: bool = False
+    """The drain stopped at its time bound with slots free and work maybe left."""
+
+
+class Supervisor:
+    def __init__(
+        self,
+        client: Redis,
+        queues: list[Queue],
+        runner: JobRunner,
+        book: LeaseBook,
+        slots: SlotSignal,
+        settings: WorkerSettings,
+        counters: Counters,
+        clock: Clock,
+        rng: random.Random,
+    ) -> None:
+        self.client = client
+        self.queues = queues
+        self.runner = runner
+        self.book = book
+        self.slots = slots
+        self.settings = settings
+        self.counters = counters
+        self.clock = clock
+        self.rng = rng
+        self.log = get_logger()
+        self._stopping = False
+        self._park_scope: anyio.CancelScope | None = None
+        self._next_beat = 0.0
+        self._next_due: float | None = None
+        self._paused_seen: set[str] = set()
+
+    def request_stop(self) -> None:
+        """Stop claiming; the current park ends at once."""
+        self._stopping = True
+        if self._park_scope is not None:
+            self._park_scope.cancel()
+
+    async def run(self, jobs: TaskGroup) -> None:
+        """Beat until a stop is requested (or, in burst mode, until nothing is left)."""
+        failures = 0
+        while not self._stopping:
+            try:
+                idle = await self._cycle(jobs)
+                failures = 0
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                failures += 1
+                pause = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** min(failures, 10))
+                pause = self.rng.uniform(pause / 2, pause)
+                self.log.warning("beat_failed", error=str(exc), retry_in_ms=int(pause * 1000))
+                await self._sleep_unless_stopped(pause)
+                continue
+            if idle and self.settings.burst:
+                self.log.info("burst_done")
+                return
+
+    async def _cycle(self, jobs: TaskGroup) -> bool:
+        """One pass: the beat's reap and promote when due, a drain, and a park.
+        Returns True when nothing is held, pending or scheduled."""
+        now = self.clock.monotonic()
+        if now >= self._next_beat:
+            self._next_beat = now + self.settings.beat_ms / 1000
+            await self.reap()
+            await self.promote()
+        drained = await self.drain(jobs)
+        idle = drained.claimed == 0 and len(self.book) == 0 and self._next_due is None
+        if idle and self.settings.burst:
+            await self.promote()  # a job failed since the beat may have been scheduled
+            idle = self._next_due is None
+        if not drained.more and not (idle and self.settings.burst):
+            await self.park()
+        return idle
+
+    async def reap(self) -> None:
+        for queue in self.queues:
+            for _ in range(MAX_REAP_BATCHES_PER_BEAT):
+                result = await queue.reap(self.settings.reap_batch, self.settings.max_attempts)
+                self.counters.reaped += result.returned
+                self.counters.reaped_dead += result.dead
+                self.counters.phantoms += result.phantoms
+                if result.returned or result.dead or result.phantoms:
+                    self.log.info(
+                        "beat_reaped",
+                        queue=queue.name,
+                        returned=result.returned,
+                        dead=result.dead,
+                        phantoms=result.phantoms,
+                    )
+                if not result.more:
+                    break
+
+    async def promote(self) -> None:
+        soonest: int | None = None
+        for queue in self.queues:
+            while True:
+                result = await queue.promote(self.settings.promote_batch)
+                self.counters.promoted += result.promoted
+                self.counters.phantoms += result.phantoms
+                if not result.more:
+                    break
+            if result.next_due_ms is not None:
+                soonest = (
+                    min(soonest, result.next_due_ms) if soonest is not None else result.next_due_ms
+                )
+        self._next_due = None if soonest is None else self.clock.monotonic() + soonest / 1000
+
+    async def drain(self, jobs: TaskGroup) -> DrainResult:
+        drained = DrainResult()
+        deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
+        for queue in self.queues:
+            while not self._stopping:
+                if self.clock.monotonic() >= deadline:
+                    drained.more = True
+                    return drained
+                free = self.settings.concurrency - len(self.book)
+                if free <= 0:
+                    return drained
+                claimed_at = self.clock.monotonic()
+                result = await queue.claim(free, self.settings.lease_ms)
+                self._note_pause(queue.name, result.paused)
+                self.counters.phantoms += result.phantoms
+                for job in result.jobs:
+                    lease = Lease(job=job, confirmed_at=claimed_at)
+                    self.book.add(lease)
+                    jobs.start_soon(self.runner.run, lease, name=f"job {job.id}")
+                self.counters.claimed += len(result.jobs)
+                drained.claimed += len(result.jobs)
+                if len(result.jobs) + result.phantoms < free:
+                    break
+        return drained
+
+    def _note_pause(self, queue: str, paused: bool) -> None:
+        if paused and queue not in self._paused_seen:
+            self._paused_seen.add(queue)
+            self.log.info("queue_paused", queue=queue)
+        elif not paused and queue in self._paused_seen:
+            self._paused_seen.discard(queue)
+            self.log.info("queue_resumed", queue=queue)
+
+    async def park(self) -> None:
+        """Sleep until the next beat or due job; a wake token or a freed slot ends it early."""
+        now = self.clock.monotonic()
+        until = self._next_beat if self._next_due is None else min(self._next_beat, self._next_due)
+        timeout = until - now
+        if timeout <= 0 or self._stopping:
+            return
+        with anyio.CancelScope() as scope:
+            self._park_scope = scope
+            try:
+                if len(self.book) >= self.settings.concurrency:
+                    with anyio.move_on_after(timeout):
+                        await self.slots.arm().wait()
+                else:
+                    wake_keys = [queue.keys.wake for queue in self.queues]
+                    await self.client.blpop(wake_keys, timeout=max(0.01, round(timeout, 3)))
+            finally:
+                self._park_scope = None
+
+    async def _sleep_unless_stopped(self, seconds: float) -> None:
+        with anyio.CancelScope() as scope:
+            self._park_scope = scope
+            try:
+                await anyio.sleep(seconds)
+            finally:
+                self._park_scope = None
