@@ -28,6 +28,7 @@ def _split_queues(values: tuple[str, ...]) -> tuple[str, ...]:
 
 redis_url_option = click.option(
     "--redis-url",
+    show_envvar=True,
     envvar="EMQ_REDIS_URL",
     default=DEFAULT_URL,
     show_default=True,
@@ -35,6 +36,7 @@ redis_url_option = click.option(
 )
 wire_version_option = click.option(
     "--wire-version",
+    show_envvar=True,
     envvar="EMQ_WIRE_VERSION",
     default=DEFAULT_WIRE_VERSION,
     show_default=True,
@@ -55,12 +57,14 @@ def main() -> None:
     "queues",
     multiple=True,
     required=True,
+    show_envvar=True,
     envvar="EMQ_QUEUES",
     help="Queue to serve; repeat for several, served in the order given.",
 )
 @click.option(
     "--app",
     "app_path",
+    show_envvar=True,
     envvar="EMQ_APP",
     required=True,
     help="module:attribute of the emq_worker.App with the handlers.",
@@ -70,6 +74,7 @@ def main() -> None:
     "--concurrency",
     "-c",
     type=int,
+    show_envvar=True,
     envvar="EMQ_CONCURRENCY",
     default=DEFAULTS.concurrency,
     show_default=True,
@@ -78,6 +83,7 @@ def main() -> None:
 @click.option(
     "--lease-ms",
     type=int,
+    show_envvar=True,
     envvar="EMQ_LEASE_MS",
     default=DEFAULTS.lease_ms,
     show_default=True,
@@ -86,6 +92,7 @@ def main() -> None:
 @click.option(
     "--beat-ms",
     type=int,
+    show_envvar=True,
     envvar="EMQ_BEAT_MS",
     default=DEFAULTS.beat_ms,
     show_default=True,
@@ -94,13 +101,16 @@ def main() -> None:
 @click.option(
     "--renew-every-ms",
     type=int,
+    show_envvar=True,
     envvar="EMQ_RENEW_EVERY_MS",
     default=0,
-    help="Renewal sweep cadence.  [default: a third of --lease-ms]",
+    show_default="a third of --lease-ms",
+    help="Renewal sweep cadence (0: the default).",
 )
 @click.option(
     "--grace-ms",
     type=int,
+    show_envvar=True,
     envvar="EMQ_GRACE_MS",
     default=DEFAULTS.grace_ms,
     show_default=True,
@@ -109,6 +119,7 @@ def main() -> None:
 @click.option(
     "--max-attempts",
     type=int,
+    show_envvar=True,
     envvar="EMQ_MAX_ATTEMPTS",
     default=DEFAULTS.max_attempts,
     show_default=True,
@@ -116,6 +127,7 @@ def main() -> None:
 )
 @click.option(
     "--backoff",
+    show_envvar=True,
     envvar="EMQ_BACKOFF",
     default=format_backoff(DEFAULTS.backoff),
     show_default=True,
@@ -124,6 +136,7 @@ def main() -> None:
 @click.option(
     "--job-timeout-ms",
     type=int,
+    show_envvar=True,
     envvar="EMQ_JOB_TIMEOUT_MS",
     default=DEFAULTS.job_timeout_ms,
     show_default=True,
@@ -133,6 +146,7 @@ def main() -> None:
 @click.option(
     "--log-format",
     type=click.Choice(["auto", "json", "console"]),
+    show_envvar=True,
     envvar="EMQ_LOG_FORMAT",
     default="auto",
     show_default=True,
@@ -141,6 +155,7 @@ def main() -> None:
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
+    show_envvar=True,
     envvar="EMQ_LOG_LEVEL",
     default="info",
     show_default=True,
@@ -148,6 +163,7 @@ def main() -> None:
 @click.option(
     "--burst",
     is_flag=True,
+    show_envvar=True,
     envvar="EMQ_BURST",
     help="Exit once nothing is held, pending or scheduled.",
 )
@@ -198,7 +214,9 @@ def run(
 
 
 @main.command()
-@click.option("--queue", "-q", required=True, envvar="EMQ_QUEUE", help="The queue.")
+@click.option(
+    "--queue", "-q", required=True, show_envvar=True, envvar="EMQ_QUEUE", help="The queue."
+)
 @click.argument("task")
 @click.argument("kwargs", default="{}")
 @redis_url_option
@@ -208,6 +226,7 @@ def run(
 @click.option(
     "--node-id",
     type=int,
+    show_envvar=True,
     envvar="EMQ_NODE_ID",
     default=DEFAULT_NODE_ID,
     show_default=True,

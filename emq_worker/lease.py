@@ -24,6 +24,9 @@ class Lease:
     """Monotonic time at which the last claim or renewal covering this lease was sent."""
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     lost: bool = False
+    settling: bool = False
+    """The handler has returned and its outcome is being written; that write's own reply,
+    not a concurrent renewal, decides what became of the job."""
 
     @property
     def held(self) -> HeldLease:
@@ -63,8 +66,8 @@ class LeaseBook:
             if self._size == 0:
                 self._emptied.set()
 
-    def get(self, queue: str, job_id: JobId) -> Lease | None:
-        return self._by_queue.get(queue, {}).get(job_id)
+    def holds(self, lease: Lease) -> bool:
+        return self._by_queue.get(lease.job.queue, {}).get(lease.job.id) is lease
 
     def queues(self) -> Iterator[tuple[str, list[Lease]]]:
         """A snapshot per queue that holds anything (safe to mutate the book meanwhile)."""

@@ -70,6 +70,8 @@ class RenewalSweep:
                 self._lose(lease, item)
 
     def _lose(self, lease: Lease, item: LostLease) -> None:
+        if lease.settling or not self.book.holds(lease):
+            return  # settled meanwhile: the settle's reply tells what happened
         job = lease.job
         stale = item.current != "" and item.current != str(job.token)
         self.counters.leases_lost += 1
@@ -89,7 +91,7 @@ class RenewalSweep:
         """Give up leases no sweep has confirmed for a whole lease (by our own clock)."""
         horizon = self.clock.monotonic() - self.settings.lease_ms / 1000
         for lease in self.book:
-            if lease.confirmed_at <= horizon:
+            if lease.confirmed_at <= horizon and not lease.settling:
                 self.counters.self_fenced += 1
                 self.log.warning(
                     "lease_self_fenced",

@@ -86,6 +86,7 @@ class JobRunner:
         if lease.lost:
             log.info("job_abandoned", reason="lease lost; its result is not written")
             return
+        lease.settling = True
         await self._settle(lease, task, verdict, log)
         self.book.discard(lease)
         self.slots.fire()
@@ -105,7 +106,7 @@ class JobRunner:
         timeout_ms = call.task.timeout_ms or self.settings.job_timeout_ms
         call.ctx.log.debug("job_started")
         try:
-            with anyio.fail_after(timeout_ms / 1000):
+            with anyio.move_on_after(timeout_ms / 1000) as timer:
                 if call.task.is_async:
                     await call.task.fn(call.ctx, **call.kwargs)
                 else:
@@ -114,10 +115,10 @@ class JobRunner:
                         abandon_on_cancel=True,
                         limiter=self.threads,
                     )
-        except TimeoutError:
-            return Failed(f"timed out after {timeout_ms} ms")
         except Exception as exc:
             return Failed(f"{type(exc).__name__}: {exc}")
+        if timer.cancelled_caught:
+            return Failed(f"timed out after {timeout_ms} ms")
         return Done()
 
     async def _settle(self, lease: Lease, task: Task | None, verdict: Verdict, log: Any) -> None:
@@ -165,18 +166,18 @@ class JobRunner:
 
     def _record(self, job: ClaimedJob, verdict: Verdict, result: SettleResult, log: Any) -> None:
         if result.status in (SettleStatus.OK, SettleStatus.SETTLED):
+            repeated = result.status is SettleStatus.SETTLED
+            error = verdict.error if isinstance(verdict, Failed) else None
             outcome = result.detail or "completed"
             if outcome == "completed":
                 self.counters.completed += 1
-                log.info("job_completed", repeated=result.status is SettleStatus.SETTLED)
+                log.info("job_completed", repeated=repeated)
             elif outcome == "dead":
                 self.counters.dead_lettered += 1
-                assert isinstance(verdict, Failed)
-                log.warning("job_dead", error=verdict.error)
+                log.warning("job_dead", error=error, repeated=repeated)
             else:
                 self.counters.retried += 1
-                assert isinstance(verdict, Failed)
-                log.info("job_retried", to=outcome, error=verdict.error)
+                log.info("job_retried", to=outcome, error=error, repeated=repeated)
         elif result.status is SettleStatus.STALE:
             self.counters.fenced += 1
             log.warning("write_fenced", stale_token=job.token, current=result.detail)

@@ -1,4 +1,4 @@
-"""A real redis-server on a free port, with its own directory, for tests to start, kill and restart."""
+"""A real redis-server on a free port with its own directory: tests start, kill, restart it."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, directory: Path, *, appendonly: bool = False, port: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, *, appendonly: bool = False, port: int | None = None
+    ) -> None:
         self.directory = directory
         self.appendonly = appendonly
         self.port = port or free_port()

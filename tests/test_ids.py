@@ -1,0 +1,59 @@
+"""Branded ids and snowflakes: EchoMQ's test vectors, byte order = mint order."""
+
+from __future__ import annotations
+
+import pytest
+
+from emq_worker import ids
+from emq_worker.errors import ConfigError, JobIdError
+
+
+def test_echomq_vectors() -> None:
+    assert ids.encode("USR", 274557032793636864) == "USR0KHTOWnGLuC"
+    assert ids.parse("USR0NgWEfAEJfs") == ("USR", 320636799581945856)
+    assert ids.encode_base62(0) == "00000000000"
+    assert not ids.is_valid("USRzzzzzzzzzzz")
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "JOB", "job0000000000a", "JOB000000000!a", "JOB0000000000", "JOB000000000000"]
+)
+def test_malformed_ids_are_refused_by_name(bad: str) -> None:
+    with pytest.raises(JobIdError, match=repr(bad).replace("\\", "\\\\")):
+        ids.parse(bad)
+
+
+def test_job_id_requires_the_job_namespace() -> None:
+    with pytest.raises(JobIdError, match="JOB-namespaced"):
+        ids.job_id("ORD0NgWEfAEJfs")
+    assert ids.job_id("JOB0NgWEfAEJfs") == "JOB0NgWEfAEJfs"
+
+
+def test_largest_snowflake_round_trips_and_one_more_is_refused() -> None:
+    top = ids.encode("JOB", ids.MAX_SNOWFLAKE)
+    assert ids.parse(top) == ("JOB", ids.MAX_SNOWFLAKE)
+    with pytest.raises(JobIdError):
+        ids.encode("JOB", ids.MAX_SNOWFLAKE + 1)
+
+
+def test_minted_ids_sort_in_mint_order_even_when_the_clock_goes_back() -> None:
+    readings = iter([1_800_000_000_000, 1_800_000_000_000, 1_799_999_999_000, 1_800_000_000_001])
+    minter = ids.SnowflakeMinter(node_id=1000, now_ms=lambda: next(readings))
+    minted = [minter.job_id() for _ in range(4)]
+    assert minted == sorted(minted)
+    assert len(set(minted)) == 4
+    _, first = ids.parse(minted[0])
+    assert ids.unix_ms(first) == 1_800_000_000_000
+    assert (first >> 12) & 0x3FF == 1000
+
+
+def test_a_burst_beyond_4096_per_ms_borrows_from_the_next_ms() -> None:
+    minter = ids.SnowflakeMinter(node_id=1, now_ms=lambda: 1_800_000_000_000)
+    minted = [minter.next() for _ in range(5000)]
+    assert minted == sorted(set(minted))
+    assert ids.unix_ms(minted[-1]) == 1_800_000_000_001
+
+
+def test_node_id_out_of_range_is_named() -> None:
+    with pytest.raises(ConfigError, match="got 1024"):
+        ids.SnowflakeMinter(node_id=1024)
