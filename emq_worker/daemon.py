@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import anyio
 
 from emq_worker.config import WorkerSettings
+from emq_worker.errors import EmqError
 from emq_worker.log import get_logger
 from emq_worker.tasks import App
 from emq_worker.worker import Worker
@@ -44,11 +45,29 @@ async def _watch_signals(worker: Worker, outcome: Outcome) -> None:
 async def serve(settings: WorkerSettings, app: App) -> int:
     worker = Worker(settings, app)
     outcome = Outcome()
-    async with anyio.create_task_group() as group:
-        group.start_soon(_watch_signals, worker, outcome)
-        await worker.run()
-        group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_watch_signals, worker, outcome)
+            await worker.run()
+            group.cancel_scope.cancel()
+    except BaseExceptionGroup as group_error:
+        raise _sole_emq_error(group_error) from None
     return outcome.exit_code
+
+
+def _sole_emq_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one EmqError a task group raised (so the CLI can print it plainly), else the group."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        error = pending.pop()
+        if isinstance(error, BaseExceptionGroup):
+            pending.extend(error.exceptions)
+        else:
+            leaves.append(error)
+    if len(leaves) == 1 and isinstance(leaves[0], EmqError):
+        return leaves[0]
+    return group
 
 
 def run(settings: WorkerSettings, app: App) -> int:

@@ -73,7 +73,8 @@ class QueueKeys:
 
 
 def hash_slot(key: str) -> int:
-    """The cluster slot of `key`: CRC16-XMODEM of its first non-empty `{...}` span, mod 16384."""
+    """The cluster slot of `key`: CRC16-XMODEM mod 16384 of the text between its first `{` and
+    the next `}` when that is non-empty, else of the whole key (Redis' hash-tag rule)."""
     data = key.encode()
     start = data.find(b"{")
     if start != -1:

@@ -90,7 +90,7 @@ class Queue:
         reply = await self.scripts.call(
             self.client,
             "claim",
-            [k.pending, k.active, k.meta],
+            [k.pending, k.active, k.meta, k.dead],
             [k.prefix, lease_ms, count, nonce],
         )
         return claim_result(self.name, nonce, reply)

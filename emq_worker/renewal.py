@@ -73,7 +73,7 @@ class RenewalSweep:
         if lease.settling or not self.book.holds(lease):
             return  # settled meanwhile: the settle's reply tells what happened
         job = lease.job
-        stale = item.current != "" and item.current != str(job.token)
+        stale = _another_holder(item.current, job.token)
         self.counters.leases_lost += 1
         if stale:
             self.counters.fenced += 1
@@ -106,3 +106,10 @@ class RenewalSweep:
         lease.lose()
         self.book.discard(lease)
         self.slots.fire()
+
+
+def _another_holder(current: str, token: int) -> bool:
+    """True when `current` is another claim's attempts, or another claim's lock value
+    ("<attempts>:<nonce>"); False when the row is gone or merely no longer active."""
+    attempts = current.partition(":")[0]
+    return attempts.isdigit() and (attempts != str(token) or ":" in current)

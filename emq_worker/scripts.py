@@ -37,7 +37,7 @@ _ERROR_CLASSES: Final[dict[str, type[ProtocolReplyError]]] = {
 
 KEY_COUNTS: Final[dict[str, int]] = {
     "enqueue": 3,
-    "claim": 3,
+    "claim": 4,
     "renew": 1,
     "complete": 1,
     "fail": 4,

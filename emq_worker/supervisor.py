@@ -49,8 +49,10 @@ class Supervisor:
         counters: Counters,
         clock: Clock,
         rng: random.Random,
+        reap_max_attempts: int,
     ) -> None:
         self.client = client
+        self.reap_max_attempts = reap_max_attempts
         self.queues = queues
         self.runner = runner
         self.book = book
@@ -110,7 +112,7 @@ class Supervisor:
     async def reap(self) -> None:
         for queue in self.queues:
             for _ in range(MAX_REAP_BATCHES_PER_BEAT):
-                result = await queue.reap(self.settings.reap_batch, self.settings.max_attempts)
+                result = await queue.reap(self.settings.reap_batch, self.reap_max_attempts)
                 self.counters.reaped += result.returned
                 self.counters.reaped_dead += result.dead
                 self.counters.phantoms += result.phantoms

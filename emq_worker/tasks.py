@@ -103,6 +103,12 @@ class App:
 
         return register
 
+    def most_attempts(self, default: int) -> int:
+        """The largest max_attempts any handler may use: the reaper's crash-loop cap, so a lapsed
+        lease never dead-letters a job that its task would still retry."""
+        declared = [t.max_attempts for t in (*self.tasks.values(), *self.raw.values())]
+        return max([default, *(n for n in declared if n is not None)])
+
     def lookup(self, name: str) -> Task:
         try:
             return self.tasks[name]

@@ -93,6 +93,7 @@ class Worker:
             self.counters,
             self._clock,
             self._rng,
+            reap_max_attempts=self.app.most_attempts(settings.max_attempts),
         )
         self._supervisor = supervisor
         if self._stop_requested:

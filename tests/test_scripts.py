@@ -29,7 +29,7 @@ def test_a_header_that_disagrees_is_refused_naming_the_file() -> None:
         read_source("nosuch")
     KEY_COUNTS["claim"] += 1
     try:
-        with pytest.raises(ScriptError, match=r"lua/claim.lua declares 3 KEYS but its wrapper"):
+        with pytest.raises(ScriptError, match=r"lua/claim.lua declares 4 KEYS but its wrapper"):
             build("claim")
     finally:
         KEY_COUNTS["claim"] -= 1

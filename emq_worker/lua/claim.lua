@@ -3,6 +3,7 @@
 -- KEYS[1] = emq:{q}:pending
 -- KEYS[2] = emq:{q}:active
 -- KEYS[3] = emq:{q}:meta
+-- KEYS[4] = emq:{q}:dead
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = lease_ms (> 0): the deadline is server TIME + lease_ms
 -- ARGV[3] = count (> 0): the most jobs to lease
@@ -10,11 +11,13 @@
 --
 -- Reply: a flat array {status, phantoms, id1, payload1, attempts1, id2, ...}
 --   status   = 'ok', or 'paused' when meta.paused is set (nothing is leased)
---   phantoms = pending members whose row was gone; they are dropped, never turned into jobs
+--   phantoms = pending members that could not become jobs: a member whose row is gone is
+--              dropped; a row without a payload goes to dead with a last_error (EchoMQ's D7)
 -- Each claim runs HINCRBY attempts 1 (the fencing token), sets state 'active', scores the id in
--- active at the deadline and sets the lock subkey with PX 2 x lease_ms. A claim re-sent with the
--- same nonce (the client retried after a lost reply) returns the jobs the first one leased,
--- instead of stranding them until the reaper.
+-- active at the deadline and sets the lock subkey with PX 2 x lease_ms. The ids leased are kept
+-- in emq:{q}:claim:<nonce> (PX lease_ms): a claim re-sent with the same nonce (the client retried
+-- after a lost reply) returns the jobs the first one leased and still holds, without checking
+-- pause again, instead of stranding them until the reaper.
 --- @include now_ms
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local memo = p .. 'claim:' .. nonce
@@ -44,7 +47,11 @@ for i = 1, #popped, 2 do
   local id = popped[i]
   local row = p .. 'job:' .. id
   local payload = redis.call('HGET', row, 'payload')
-  if payload then
+  if not payload and redis.call('EXISTS', row) == 1 then
+    redis.call('ZADD', KEYS[4], 0, id)
+    redis.call('HSET', row, 'state', 'dead', 'last_error', 'row has no payload')
+    reply[2] = reply[2] + 1
+  elseif payload then
     local attempts = redis.call('HINCRBY', row, 'attempts', 1)
     redis.call('HSET', row, 'state', 'active')
     redis.call('ZADD', KEYS[2], deadline, id)

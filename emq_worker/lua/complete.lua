@@ -11,7 +11,8 @@
 --        {'settled', outcome}   this holder already settled it (a re-sent command); nothing changed
 --        {'gone'}               the row does not exist
 --        {'stale', current}     another holder owns the job (current attempts or lock value)
---        {'state', state}       the token matches but the job is scheduled or dead; nothing changed
+--        {'state', state}       the token matches but the job is not held any more: scheduled,
+--                               dead, or not in the set its state names; nothing changed
 -- Accepted while the job is active, or reaped back to pending and not yet re-claimed (late but
 -- uncontested). Deletes the row, its lock and logs subkeys; HINCRBY metrics:completed count 1.
 --- @include fence

@@ -1,4 +1,6 @@
--- enqueue: add jobs to a queue, now (pending) or later (schedule), all or none.
+-- enqueue: add jobs to a queue, now (pending) or later (schedule). Every id is checked before
+-- anything is written, so a bad id writes nothing; the caller sends only modes now/in/at with
+-- integer ms.
 --
 -- KEYS[1] = emq:{q}:pending
 -- KEYS[2] = emq:{q}:schedule

@@ -8,7 +8,7 @@
 -- ARGV[2] = job id
 -- ARGV[3] = dedup id, or "" (its de:<did> key is deleted only while it still names this job)
 --
--- Reply: 1 removed, -1 gone (no row).
+-- Reply: 1 removed, -1 gone (no row). Removes the row and its logs and receipt subkeys.
 -- Errors: EMQLOCK when the lock subkey or the row's lock field exists (a worker holds the job).
 local p, id, did = ARGV[1], ARGV[2], ARGV[3]
 local row = p .. 'job:' .. id

@@ -6,8 +6,9 @@
 -- ARGV[3..] = one triple per held lease: id, token (attempts at claim), nonce
 --
 -- Reply: a flat array of the leases that are lost, {id1, current1, id2, current2, ...}, where
---   current is the row's attempts now ('' when the row is gone), or its state when the token
---   still matches but the job is no longer active (reaped, settled elsewhere).
+--   current is: '' when the row is gone; the row's attempts when they moved on (a re-claim); the
+--   lock value "<attempts>:<nonce>" of another claim when only the nonce differs; or the row's
+--   state when the token still matches but the job is no longer active (reaped, settled).
 -- A lease is extended only while the row is in state 'active', still scored in active, its
 -- attempts equal the token, and the lock subkey (if present) carries this claim's nonce: a renew
 -- can never put a pending, scheduled or dead job back into active (EchoMQ's D1).

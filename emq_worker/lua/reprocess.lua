@@ -20,7 +20,8 @@ if redis.call('ZREM', KEYS[1], id) ~= 1 then
   return redis.error_reply('EMQSTATE not dead: ' .. id)
 end
 redis.call('HDEL', row, 'last_error')
-redis.call('HSET', row, 'state', 'pending', 'attempts_base', redis.call('HGET', row, 'attempts'))
+redis.call('HSET', row, 'state', 'pending',
+  'attempts_base', redis.call('HGET', row, 'attempts') or '0')
 redis.call('ZADD', KEYS[2], 0, id)
 wake(KEYS[3], 1)
 return 1
