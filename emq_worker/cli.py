@@ -69,6 +69,15 @@ def main() -> None:
     required=True,
     help="module:attribute of the emq_worker.App with the handlers.",
 )
+@click.option(
+    "--app-dir",
+    show_envvar=True,
+    envvar="EMQ_APP_DIR",
+    default=".",
+    show_default=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory put first on sys.path before --app is imported.",
+)
 @redis_url_option
 @click.option(
     "--concurrency",
@@ -170,6 +179,7 @@ def main() -> None:
 def run(
     queues: tuple[str, ...],
     app_path: str,
+    app_dir: str,
     redis_url: str,
     concurrency: int,
     lease_ms: int,
@@ -200,7 +210,7 @@ def run(
             wire_version=wire_version,
             burst=burst,
         )
-        app = load_app(app_path)
+        app = load_app(app_path, app_dir)
     except EmqError as exc:
         raise click.UsageError(str(exc)) from exc
     log.configure(log_format, log_level)

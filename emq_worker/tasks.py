@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
@@ -135,8 +137,16 @@ def _make_task(
     )
 
 
-def load_app(path: str) -> App:
-    """Import `module:attr` and return the App it names, or raise AppImportError saying why."""
+def load_app(path: str, app_dir: str | None = None) -> App:
+    """Import `module:attr` and return the App it names, or raise AppImportError saying why.
+
+    `app_dir` goes first on sys.path (as uvicorn's --app-dir): a console script's sys.path starts
+    with its own bin directory, not the working directory.
+    """
+    if app_dir is not None:
+        directory = os.path.abspath(app_dir)
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise AppImportError(f"--app must look like module.path:attribute; got {path!r}")

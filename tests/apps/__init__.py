@@ -1,0 +1,1 @@
+"""Apps that worker subprocesses load with `--app tests.apps.<module>:app`."""

@@ -1,0 +1,239 @@
+"""Fault tests on real `emq-worker run` processes: SIGKILL, SIGSTOP/SIGCONT, SIGTERM (once and
+twice) and a version fence, against a real redis-server.
+
+Every handler of `tests.apps.ledger` appends `start|done <job> <attempt> <pid>` to a shared
+ledger, so a test can tell which process ran which attempt; Redis says which write was accepted.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from emq_worker import JobSpec, Producer
+from emq_worker.keys import VERSION_KEY
+from emq_worker.protocol import DEFAULT_WIRE_VERSION, JobId
+from emq_worker.queue import Counts, Queue
+from tests.support.processes import WorkerProcesses
+from tests.support.server import RedisServer
+from tests.support.wait import eventually
+
+pytestmark = pytest.mark.slow
+
+BEAT_MS = 100
+SLACK_S = 1.5
+EXIT_SOON_S = 2.0
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[WorkerProcesses]:
+    with WorkerProcesses(tmp_path / "workers") as processes:
+        yield processes
+
+
+async def server_now_ms(client: Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def wait_completed(queue: Queue, job: JobId) -> Counts:
+    """Wait until the job's row is gone and one completion is counted; return the counts."""
+
+    async def settled() -> Counts | None:
+        counts = await queue.counts()
+        gone = await queue.get_job(job) is None
+        return counts if gone and counts.completed >= 1 else None
+
+    counts = await eventually(settled, timeout=5, what=f"{job} completed and its row deleted")
+    assert counts is not None
+    return counts
+
+
+def where_jobs_are(counts: Counts) -> tuple[int, int, int, int, int]:
+    """(pending, active, scheduled, dead, completed)."""
+    return (counts.pending, counts.active, counts.scheduled, counts.dead, counts.completed)
+
+
+async def test_a_sigkilled_holder_s_job_is_rerun_by_another_worker_within_a_lease_and_a_beat(
+    client: Redis, redis_url: str, queue_name: str, workers: WorkerProcesses
+) -> None:
+    lease_ms = 600
+    producer = Producer(client)
+    queue = producer.queue(queue_name)
+    a = workers.start(
+        "a", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=BEAT_MS
+    )
+    await a.wait_event("worker_started")
+    job = (await producer.enqueue(queue_name, "sleep", {"ms": 2000})).job_id
+    await workers.ledger.wait_for("start", job, attempt=1, pid=a.pid)
+    # B runs before the crash (A keeps renewing meanwhile), so its start-up is not on the clock.
+    b = workers.start(
+        "b", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=BEAT_MS
+    )
+    await b.wait_event("worker_started")
+    assert workers.ledger.find(job_id=job, pid=b.pid) == []
+
+    a.send(signal.SIGKILL)
+    killed_at = time.monotonic()
+    rerun = await workers.ledger.wait_for("start", job, pid=b.pid, within_s=10)
+    took = time.monotonic() - killed_at
+
+    budget = (lease_ms + BEAT_MS) / 1000 + SLACK_S
+    assert took <= budget, f"B started the job {took:.2f} s after the kill; budget {budget} s"
+    assert rerun.attempt == 2
+    assert await a.wait_exit(EXIT_SOON_S) == -signal.SIGKILL
+    await b.wait_event("beat_reaped", queue=queue_name, returned=1)
+    await workers.ledger.wait_for("done", job, attempt=2, pid=b.pid, within_s=5)
+    counts = await wait_completed(queue, job)
+    assert where_jobs_are(counts) == (0, 0, 0, 0, 1)
+    assert workers.ledger.find("done", job, pid=a.pid) == []
+
+
+async def test_a_frozen_holder_that_wakes_after_a_reclaim_has_its_late_write_fenced(
+    client: Redis, redis_url: str, queue_name: str, workers: WorkerProcesses
+) -> None:
+    job_ms = 1500
+    producer = Producer(client)
+    queue = producer.queue(queue_name)
+    a = workers.start("a", queue=queue_name, redis_url=redis_url, lease_ms=500, beat_ms=BEAT_MS)
+    await a.wait_event("worker_started")
+    job = (await producer.enqueue(queue_name, "sleep", {"ms": job_ms})).job_id
+    await workers.ledger.wait_for("start", job, attempt=1, pid=a.pid)
+    a.send(signal.SIGSTOP)
+    frozen_at = time.monotonic()  # A's handler began its sleep before this instant
+
+    async def lease_lapsed() -> bool:
+        deadline = await client.zscore(queue.keys.active, job)
+        return deadline is not None and deadline < await server_now_ms(client)
+
+    await eventually(lease_lapsed, timeout=5, what="A's lease deadline to pass on the server")
+    b = workers.start("b", queue=queue_name, redis_url=redis_url, lease_ms=3000, beat_ms=BEAT_MS)
+    await workers.ledger.wait_for("start", job, attempt=2, pid=b.pid, within_s=10)
+
+    # The scenario: A stays frozen until its handler's sleep is over, so on waking it both
+    # renews and tries to complete attempt 1 while B holds attempt 2.
+    await anyio.sleep(max(0.0, frozen_at + job_ms / 1000 + 0.1 - time.monotonic()))
+    assert workers.ledger.find("done", job) == [], "precondition: B must still hold attempt 2"
+    a.send(signal.SIGCONT)
+
+    refused = await a.wait_event("write_fenced", job_id=job, within_s=5)
+    assert (refused["stale_token"], refused["current"]) == (1, "2")
+    await workers.ledger.wait_for("done", job, attempt=2, pid=b.pid, within_s=5)
+    counts = await wait_completed(queue, job)
+    # A's handler did return (its `done` line is in the ledger), but only B's completion counts.
+    assert workers.ledger.find("done", job, attempt=1, pid=a.pid) != []
+    assert where_jobs_are(counts) == (0, 0, 0, 0, 1)
+
+    a.send(signal.SIGTERM)
+    assert await a.wait_exit(EXIT_SOON_S) == 0
+    stopped = await a.wait_event("worker_stopped")
+    # `fenced` counts writes the server refused because another holder owns the job: here A's
+    # complete of attempt 1 (write_fenced above). `leases_lost` need not move: a renewal that
+    # finds the lease gone while the job is already settling is left to the settle's reply.
+    assert stopped["fenced"] >= 1
+    assert stopped["completed"] == 0
+
+
+async def test_graceful_sigterm_hands_held_jobs_back_to_pending_at_once(
+    client: Redis, redis_url: str, queue_name: str, workers: WorkerProcesses
+) -> None:
+    grace_ms, lease_ms = 300, 30_000
+    producer = Producer(client)
+    queue = producer.queue(queue_name)
+    w = workers.start(
+        "w",
+        queue=queue_name,
+        redis_url=redis_url,
+        lease_ms=lease_ms,
+        beat_ms=BEAT_MS,
+        extra=["--grace-ms", str(grace_ms)],
+    )
+    await w.wait_event("worker_started")
+    specs = [JobSpec("sleep", {"ms": 10_000}) for _ in range(3)]
+    jobs = [e.job_id for e in await producer.enqueue_many(queue_name, specs)]
+    for job in jobs:
+        await workers.ledger.wait_for("start", job, attempt=1, pid=w.pid)
+
+    w.send(signal.SIGTERM)
+    sent_at = time.monotonic()
+    code = await w.wait_exit(grace_ms / 1000 + EXIT_SOON_S + 1)
+    took = time.monotonic() - sent_at
+    assert code == 0
+    assert took <= grace_ms / 1000 + EXIT_SOON_S
+
+    # Right after exit, long before a 30 s lease could lapse: back in pending, unlocked.
+    for job in jobs:
+        assert await queue.state_of(job) == "pending"
+        row = await queue.get_job(job)
+        assert row is not None
+        assert (row["state"], row["attempts"]) == ("pending", "1")
+        assert not await client.exists(queue.keys.lock(job))
+    assert sum(e["released"] for e in w.find("leases_released", queue=queue_name)) == 3
+    assert workers.ledger.find("done") == []
+
+    claimed = await queue.claim(3, lease_ms)
+    assert sorted(j.id for j in claimed.jobs) == sorted(jobs)
+    assert [j.token for j in claimed.jobs] == [2, 2, 2]
+
+
+async def test_a_second_sigterm_exits_at_once_and_leaves_the_lease_to_the_reaper(
+    client: Redis, redis_url: str, queue_name: str, workers: WorkerProcesses
+) -> None:
+    producer = Producer(client)
+    queue = producer.queue(queue_name)
+    w = workers.start(
+        "w",
+        queue=queue_name,
+        redis_url=redis_url,
+        lease_ms=30_000,
+        beat_ms=BEAT_MS,
+        extra=["--grace-ms", "30000"],
+    )
+    await w.wait_event("worker_started")
+    job = (await producer.enqueue(queue_name, "sleep", {"ms": 10_000})).job_id
+    await workers.ledger.wait_for("start", job, attempt=1, pid=w.pid)
+
+    w.send(signal.SIGTERM)
+    await w.wait_event("shutdown_requested", signal="SIGTERM")
+    w.send(signal.SIGTERM)
+    assert await w.wait_exit(EXIT_SOON_S) == 128 + signal.SIGTERM
+    assert w.find("shutdown_forced", signal="SIGTERM") != []
+    assert w.find("leases_released") == []
+
+    assert await queue.state_of(job) == "active"
+    assert await client.exists(queue.keys.lock(job))
+    deadline = await client.zscore(queue.keys.active, job)
+    assert deadline is not None
+    assert deadline > await server_now_ms(client)
+    row = await queue.get_job(job)
+    assert row is not None
+    assert row["attempts"] == "1"
+    assert workers.ledger.find("done", job) == []
+
+
+async def test_a_worker_refuses_to_start_on_a_keyspace_of_another_version(
+    tmp_path: Path, queue_name: str, workers: WorkerProcesses
+) -> None:
+    # A private server: the fence key is global, the session server must keep its version.
+    with RedisServer(tmp_path / "r") as server:
+        raw = Redis.from_url(server.url)
+        try:
+            await raw.set(VERSION_KEY, "echomq:9.9.9")
+            w = workers.start(
+                "w", queue=queue_name, redis_url=server.url, lease_ms=3000, beat_ms=BEAT_MS
+            )
+            assert await w.wait_exit(5) == 1
+            output = w.output()
+            assert "'echomq:9.9.9'" in output
+            assert f"'{DEFAULT_WIRE_VERSION}'" in output
+            assert "Traceback" not in output
+            assert await raw.get(VERSION_KEY) == b"echomq:9.9.9"
+            assert await raw.dbsize() == 1
+        finally:
+            await raw.aclose()
