@@ -78,6 +78,9 @@ class Supervisor:
         """Beat until a stop is requested (or, in burst mode, until nothing is left)."""
         failures = 0
         while not self._stopping:
+            # Every pass yields at least once, whatever path it takes, so the renewal sweep and
+            # the jobs are never starved by a pass that finds nothing to await.
+            await anyio.lowlevel.checkpoint()
             try:
                 idle = await self._cycle(jobs)
                 failures = 0
@@ -100,6 +103,8 @@ class Supervisor:
             self._next_beat = now + self.settings.beat_ms / 1000
             await self.reap()
             await self.promote()
+        elif self._next_due is not None and now >= self._next_due:
+            await self.promote()  # a scheduled job fell due between beats
         drained = await self.drain(jobs)
         idle = drained.claimed == 0 and len(self.book) == 0 and self._next_due is None
         if idle and self.settings.burst:

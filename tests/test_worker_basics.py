@@ -14,8 +14,13 @@ from tests.support.wait import eventually
 
 
 def settings(queue: str, url: str, **overrides: Any) -> WorkerSettings:
-    options: dict[str, Any] = {"queues": (queue,), "redis_url": url, "beat_ms": 100,
-                               "lease_ms": 3_000, "backoff": Fixed(10)}
+    options: dict[str, Any] = {
+        "queues": (queue,),
+        "redis_url": url,
+        "beat_ms": 100,
+        "lease_ms": 3_000,
+        "backoff": Fixed(10),
+    }
     options.update(overrides)
     return WorkerSettings(**options)
 

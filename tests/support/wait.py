@@ -29,9 +29,7 @@ async def eventually(
         await anyio.sleep(POLL_S)
 
 
-def eventually_sync(
-    probe: Callable[[], T], *, timeout: float = 10.0, what: str = "condition"
-) -> T:
+def eventually_sync(probe: Callable[[], T], *, timeout: float = 10.0, what: str = "condition") -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = probe()

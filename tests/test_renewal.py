@@ -1,0 +1,258 @@
+"""The renewal sweep: K leases cost one `renew` call per queue per tick; a lost lease stops its
+job at once and writes nothing; a worker that cannot renew for a whole lease fences itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+from redis.asyncio import Redis
+
+from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
+from emq_worker.keys import QueueKeys
+from emq_worker.retry import Fixed
+from emq_worker.scripts import Scripts
+from tests.support.running import running_worker
+from tests.support.server import RedisServer
+from tests.support.wait import eventually
+
+K = 500
+TICKS = 3
+
+
+def settings(queue: str, url: str, **overrides: Any) -> WorkerSettings:
+    options: dict[str, Any] = {
+        "queues": (queue,),
+        "redis_url": url,
+        "beat_ms": 100,
+        "lease_ms": 3_000,
+        "renew_every_ms": 200,
+        "backoff": Fixed(10),
+    }
+    options.update(overrides)
+    return WorkerSettings(**options)
+
+
+async def until(predicate: Callable[[], bool], *, what: str, within: float = 10.0) -> None:
+    async def probe() -> bool:
+        return predicate()
+
+    await eventually(probe, timeout=within, what=what)
+
+
+def held_app(started: list[int], release: anyio.Event) -> App:
+    app = App()
+
+    @app.task
+    async def held(ctx: JobContext) -> None:
+        started.append(ctx.attempt)
+        await release.wait()
+
+    return app
+
+
+async def active_scores(client: Redis, keys: QueueKeys) -> dict[bytes, float]:
+    pairs = cast(
+        list[tuple[bytes, float]], await client.zrange(keys.active, 0, -1, withscores=True)
+    )
+    return dict(pairs)
+
+
+async def test_k_held_leases_are_renewed_by_one_script_call_per_tick(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    started: list[int] = []
+    release = anyio.Event()
+    app = held_app(started, release)
+    keys = QueueKeys.of(queue_name)
+    renew_sha = Scripts().by_name["renew"].sha
+    producer = Producer(client)
+    ids = [e.job_id for e in await producer.enqueue_many(queue_name, [JobSpec("held")] * K)]
+    options = settings(
+        queue_name, redis_url, concurrency=K, lease_ms=1_500, renew_every_ms=500, beat_ms=200
+    )
+    monitor_client = Redis.from_url(redis_url)
+    renew_calls: list[list[str]] = []
+    try:
+        async with running_worker(options, app) as worker:
+            await until(lambda: len(started) == K, what=f"all {K} jobs held")
+            before = await active_scores(client, keys)
+            async with monitor_client.monitor() as monitor:
+                # Mark a window that starts and ends just after a sweep, half a tick from any other.
+                sweeps = worker.counters.renew_sweeps
+                await until(lambda: worker.counters.renew_sweeps > sweeps, what="a sweep")
+                first = worker.counters.renew_sweeps
+                await client.echo("window-open")
+                await until(
+                    lambda: worker.counters.renew_sweeps >= first + TICKS,
+                    what=f"{TICKS} more sweeps",
+                )
+                last = worker.counters.renew_sweeps
+                await client.echo("window-close")
+                inside = False
+                async for command in monitor.listen():
+                    words = command["command"].split(" ")
+                    if words[:2] == ["ECHO", "window-open"]:
+                        inside = True
+                    elif words[:2] == ["ECHO", "window-close"]:
+                        break
+                    elif inside and words[:2] == ["EVALSHA", renew_sha] and keys.active in words:
+                        renew_calls.append(words)
+            after = await active_scores(client, keys)
+            async with client.pipeline(transaction=False) as pipe:
+                for job_id in ids:
+                    pipe.hget(keys.job(job_id), "attempts")
+                attempts = await pipe.execute()
+            counters = worker.counters.snapshot()
+            release.set()
+            await until(lambda: worker.counters.completed == K, what="all jobs completed")
+    finally:
+        await monitor_client.aclose()
+
+    assert last - first >= TICKS
+    assert len(renew_calls) == last - first, "exactly one renew call per tick for the queue"
+    for words in renew_calls:
+        # EVALSHA sha numkeys KEYS[1] then ARGV: prefix, lease_ms, and one triple per lease.
+        assert words[2:4] == ["1", keys.active]
+        assert len(words) - 4 == 3 * K + 2
+        assert {words[i] for i in range(6, len(words), 3)} == set(ids)
+    assert started == [1] * K
+    assert attempts == [b"1"] * K
+    assert len(before) == len(after) == K
+    assert all(after[member] > before[member] for member in before), "deadlines moved forward"
+    assert counters["reaped"] == counters["leases_lost"] == counters["self_fenced"] == 0
+    assert counters["claimed"] == K
+
+
+async def test_a_lease_the_server_reports_lost_cancels_its_job_and_writes_nothing(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    events: list[str] = []
+    app = App()
+
+    @app.task
+    async def long_job(ctx: JobContext) -> None:
+        events.append("started")
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            events.append("cancelled")
+            raise
+        events.append("finished")
+
+    producer = Producer(client)
+    job = (await producer.enqueue(queue_name, "long_job")).job_id
+    keys = QueueKeys.of(queue_name)
+    async with running_worker(settings(queue_name, redis_url), app) as worker:
+        await until(lambda: events == ["started"], what="the job starting")
+        # Simulate a re-claim elsewhere: the fencing token moves on under the holder.
+        assert await client.hincrby(keys.job(job), "attempts", 1) == 2
+        await until(lambda: events == ["started", "cancelled"], what="the handler cancelled")
+        assert worker.counters.fenced >= 1
+        assert worker.counters.leases_lost == 1
+        row = await producer.queue(queue_name).get_job(job)
+    assert events == ["started", "cancelled"]
+    assert worker.counters.completed == worker.counters.retried == 0
+    assert worker.counters.released == 0
+    assert row is not None
+    assert (row["state"], row["attempts"]) == ("active", "2")
+    assert "last_error" not in row
+    assert await producer.queue(queue_name).get_job(job) == row, "nothing written at shutdown"
+    assert await producer.queue(queue_name).state_of(job) == "active"
+    counts = await producer.queue(queue_name).counts()
+    assert (counts.completed, counts.failed) == (0, 0)
+
+
+async def test_a_worker_that_cannot_renew_for_a_whole_lease_gives_its_leases_up(
+    tmp_path: Path, queue_name: str
+) -> None:
+    lease_ms, renew_ms = 600, 200
+    events: list[str] = []
+    app = App()
+
+    @app.task
+    async def long_job(ctx: JobContext) -> None:
+        events.append("started")
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            events.append("cancelled")
+            raise
+
+    with RedisServer(tmp_path / "r") as server:
+        options = settings(
+            queue_name, server.url, lease_ms=lease_ms, renew_every_ms=renew_ms, grace_ms=200
+        )
+        async with Producer.from_url(server.url) as producer:
+            await producer.enqueue(queue_name, "long_job")
+        with anyio.fail_after(10):
+            async with running_worker(options, app) as worker:
+                await until(lambda: events == ["started"], what="the job starting")
+                await until(lambda: worker.counters.renew_sweeps >= 1, what="a renewal")
+                server.kill()
+                killed_at = anyio.current_time()
+                await until(
+                    lambda: worker.counters.self_fenced == 1,
+                    what="the self-fence",
+                    within=(lease_ms + renew_ms) / 1000 + 1.0,
+                )
+                fenced_after = anyio.current_time() - killed_at
+                await until(lambda: "cancelled" in events, what="the handler cancelled")
+            stopped_after = anyio.current_time() - killed_at
+    assert events == ["started", "cancelled"]
+    assert fenced_after <= (lease_ms + renew_ms) / 1000 + 0.3
+    assert worker.counters.renew_failures >= 1
+    assert worker.counters.completed == worker.counters.released == 0
+    assert stopped_after < 5.0, "a graceful stop must not hang while Redis is down"
+
+
+async def test_leases_stay_renewed_while_a_due_job_waits_for_a_free_slot(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """A scheduled job falling due while every slot is taken must not stop the event loop: the
+    held job's renewals go on and its lease never lapses."""
+    started: list[int] = []
+    release = anyio.Event()
+    app = App()
+
+    @app.task
+    async def held(ctx: JobContext, n: int) -> None:
+        started.append(n)
+        await release.wait()
+
+    producer = Producer(client)
+    await producer.enqueue(queue_name, "held", {"n": 1})
+    await producer.enqueue(queue_name, "held", {"n": 2}, delay_ms=100)
+    options = settings(
+        queue_name, redis_url, concurrency=1, beat_ms=3_000, lease_ms=900, renew_every_ms=300
+    )
+    lag = 0.0
+    watching = anyio.CancelScope()
+
+    async def watch_loop_lag() -> None:
+        nonlocal lag
+        with watching:
+            while True:
+                asked = anyio.current_time()
+                await anyio.sleep(0.02)
+                lag = max(lag, anyio.current_time() - asked - 0.02)
+
+    with anyio.fail_after(20):
+        async with running_worker(options, app) as worker, anyio.create_task_group() as probes:
+            probes.start_soon(watch_loop_lag)
+            await until(lambda: started == [1], what="the first job held")
+            sweeps, since = worker.counters.renew_sweeps, anyio.current_time()
+            await until(lambda: worker.counters.renew_sweeps >= sweeps + 4, what="4 renewals")
+            four_ticks = anyio.current_time() - since
+            held_counters = worker.counters.snapshot()
+            watching.cancel()
+            release.set()
+            await until(lambda: worker.counters.completed == 2, what="both jobs completed")
+    story = f"loop stalled {lag:.2f} s; starts {started}; counters while held {held_counters}"
+    assert lag < 0.3, story
+    assert started == [1, 2], story
+    assert four_ticks < 4 * 0.3 + 0.5
+    assert held_counters["reaped"] == held_counters["leases_lost"] == 0
+    assert held_counters["self_fenced"] == 0
