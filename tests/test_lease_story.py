@@ -8,16 +8,14 @@ attempt 2, and A's late completion is fenced out: the proof that the first half 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import anyio
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer, WorkerSettings
-from emq_worker.retry import Fixed
-from tests.support.running import running_worker
-from tests.support.wait import eventually
+from tests.support.running import running_worker, worker_settings
+from tests.support.wait import until
 
 LEASE_MS = 400
 JOB_S = 1.0
@@ -26,16 +24,8 @@ Record = list[tuple[str, int]]
 
 
 def settings(queue: str, url: str, **overrides: Any) -> WorkerSettings:
-    options: dict[str, Any] = {
-        "queues": (queue,),
-        "redis_url": url,
-        "beat_ms": 50,
-        "lease_ms": LEASE_MS,
-        "concurrency": 1,
-        "backoff": Fixed(10),
-    }
-    options.update(overrides)
-    return WorkerSettings(**options)
+    options: dict[str, Any] = {"beat_ms": 50, "lease_ms": LEASE_MS, "concurrency": 1}
+    return worker_settings(queue, url, **(options | overrides))
 
 
 def long_job_app(label: str, started: Record, finished: Record) -> App:
@@ -49,13 +39,6 @@ def long_job_app(label: str, started: Record, finished: Record) -> App:
         finished.append((label, ctx.attempt))
 
     return app
-
-
-async def until(predicate: Callable[[], bool], *, what: str, within: float = 10.0) -> None:
-    async def probe() -> bool:
-        return predicate()
-
-    await eventually(probe, timeout=within, what=what)
 
 
 async def completed_count(client: Redis, queue: str) -> int:

@@ -3,7 +3,6 @@ job at once and writes nothing; a worker that cannot renew for a whole lease fen
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,34 +11,17 @@ from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
 from emq_worker.keys import QueueKeys
-from emq_worker.retry import Fixed
 from emq_worker.scripts import Scripts
-from tests.support.running import running_worker
+from tests.support.running import running_worker, worker_settings
 from tests.support.server import RedisServer
-from tests.support.wait import eventually
+from tests.support.wait import until
 
 K = 500
 TICKS = 3
 
 
 def settings(queue: str, url: str, **overrides: Any) -> WorkerSettings:
-    options: dict[str, Any] = {
-        "queues": (queue,),
-        "redis_url": url,
-        "beat_ms": 100,
-        "lease_ms": 3_000,
-        "renew_every_ms": 200,
-        "backoff": Fixed(10),
-    }
-    options.update(overrides)
-    return WorkerSettings(**options)
-
-
-async def until(predicate: Callable[[], bool], *, what: str, within: float = 10.0) -> None:
-    async def probe() -> bool:
-        return predicate()
-
-    await eventually(probe, timeout=within, what=what)
+    return worker_settings(queue, url, **({"renew_every_ms": 200} | overrides))
 
 
 def held_app(started: list[int], release: anyio.Event) -> App:

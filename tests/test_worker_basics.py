@@ -7,22 +7,9 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
-from emq_worker import App, JobContext, Producer, WorkerSettings
-from emq_worker.retry import Fixed
-from tests.support.running import running_worker
+from emq_worker import App, JobContext, Producer
+from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
-
-
-def settings(queue: str, url: str, **overrides: Any) -> WorkerSettings:
-    options: dict[str, Any] = {
-        "queues": (queue,),
-        "redis_url": url,
-        "beat_ms": 100,
-        "lease_ms": 3_000,
-        "backoff": Fixed(10),
-    }
-    options.update(overrides)
-    return WorkerSettings(**options)
 
 
 async def test_a_job_runs_once_and_its_row_is_gone(
@@ -37,7 +24,7 @@ async def test_a_job_runs_once_and_its_row_is_gone(
 
     producer = Producer(client)
     enqueued = await producer.enqueue(queue_name, "charge", {"order_id": "A1", "amount": 1200})
-    async with running_worker(settings(queue_name, redis_url), app) as worker:
+    async with running_worker(worker_settings(queue_name, redis_url), app) as worker:
         await eventually(lambda: _async(worker.counters.completed == 1), what="completion")
     assert seen == [("A1", 1200, 1)]
     queue = producer.queue(queue_name)
@@ -59,7 +46,7 @@ async def test_a_failing_job_retries_then_dead_letters_with_last_error(
 
     producer = Producer(client)
     job = (await producer.enqueue(queue_name, "flaky")).job_id
-    async with running_worker(settings(queue_name, redis_url), app) as worker:
+    async with running_worker(worker_settings(queue_name, redis_url), app) as worker:
         await eventually(lambda: _async(worker.counters.dead_lettered == 1), what="dead letter")
     assert attempts == [1, 2, 3]
     row = await producer.queue(queue_name).get_job(job)

@@ -17,29 +17,14 @@ from emq_worker.outcomes import SettleStatus
 from emq_worker.queue import HeldLease
 from emq_worker.retry import Backoff, Exponential, Fixed
 from emq_worker.scripts import Scripts
-from tests.support.running import running_worker
-from tests.support.wait import eventually
+from tests.support.running import running_worker, worker_settings
+from tests.support.wait import until
 
 BEAT_MS = 100
 
 
 def settings(queue: str | tuple[str, ...], url: str, **overrides: Any) -> WorkerSettings:
-    options: dict[str, Any] = {
-        "queues": (queue,) if isinstance(queue, str) else queue,
-        "redis_url": url,
-        "beat_ms": BEAT_MS,
-        "lease_ms": 3_000,
-        "backoff": Fixed(10),
-    }
-    options.update(overrides)
-    return WorkerSettings(**options)
-
-
-async def until(predicate: Callable[[], bool], *, what: str, within: float = 10.0) -> None:
-    async def probe() -> bool:
-        return predicate()
-
-    await eventually(probe, timeout=within, what=what)
+    return worker_settings(queue, url, **({"beat_ms": BEAT_MS} | overrides))
 
 
 async def server_ms(client: Redis) -> int:

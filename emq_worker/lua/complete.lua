@@ -17,16 +17,9 @@
 -- uncontested). Deletes the row, its lock and logs subkeys; HINCRBY metrics:completed count 1.
 --- @include fence
 local p, id, token, nonce = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local already = receipt_of(p, id, token, nonce)
-if already then
-  return {'settled', already}
-end
-local row, state, verdict = fence(p, id, token, nonce)
-if verdict then
-  return verdict
-end
-if not leave_lease(p, id, state) then
-  return {'state', state or ''}
+local row, refusal = settle_admit(p, id, token, nonce)
+if refusal then
+  return refusal
 end
 redis.call('DEL', row, row .. ':lock', row .. ':logs')
 redis.call('HINCRBY', KEYS[1], 'count', 1)

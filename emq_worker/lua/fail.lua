@@ -21,16 +21,9 @@
 --- @include fence
 local p, id, token, nonce = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local delay, max = tonumber(ARGV[6]), tonumber(ARGV[7])
-local already = receipt_of(p, id, token, nonce)
-if already then
-  return {'settled', already}
-end
-local row, state, verdict = fence(p, id, token, nonce)
-if verdict then
-  return verdict
-end
-if not leave_lease(p, id, state) then
-  return {'state', state or ''}
+local row, refusal = settle_admit(p, id, token, nonce)
+if refusal then
+  return refusal
 end
 local base = tonumber(redis.call('HGET', row, 'attempts_base') or '0')
 local outcome

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 
 from emq_worker import App, Worker, WorkerSettings
+from emq_worker.retry import Fixed
+
+
+def worker_settings(queues: str | tuple[str, ...], url: str, **overrides: Any) -> WorkerSettings:
+    """Settings for an in-process test worker: a short beat, a short retry delay."""
+    options: dict[str, Any] = {
+        "queues": (queues,) if isinstance(queues, str) else queues,
+        "redis_url": url,
+        "beat_ms": 100,
+        "lease_ms": 3_000,
+        "backoff": Fixed(10),
+    }
+    options.update(overrides)
+    return WorkerSettings(**options)
 
 
 @asynccontextmanager

@@ -38,3 +38,12 @@ def eventually_sync(probe: Callable[[], T], *, timeout: float = 10.0, what: str 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}; last {value!r}")
         time.sleep(POLL_S)
+
+
+async def until(predicate: Callable[[], bool], *, what: str, within: float = 10.0) -> None:
+    """`eventually` for a plain in-process condition."""
+
+    async def probe() -> bool:
+        return predicate()
+
+    await eventually(probe, timeout=within, what=what)

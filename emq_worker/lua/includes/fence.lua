@@ -22,27 +22,33 @@ local function fence(p, id, token, nonce)
   return row, state, nil
 end
 
--- receipt_of(p, id, token, nonce): the outcome this holder already settled the job with, if any.
--- A settle re-sent by the client after a lost reply finds its own receipt and answers 'settled'.
-local function receipt_of(p, id, token, nonce)
+-- settle_admit(p, id, token, nonce): may this holder settle job `id` now? On yes, the job has
+-- already left the set its state names and the reply is (row key, nil). On no, nothing changed and
+-- the reply is (nil, the verdict to return):
+--   {'settled', outcome}  this holder already settled it (its receipt answers a re-sent command)
+--   {'gone'}, {'stale', current}  as fence() says
+--   {'state', state}      the token matches, but the job is neither active nor reaped back to
+--                         pending (still uncontested there): scheduled, dead, or not in its set
+local function settle_admit(p, id, token, nonce)
   local receipt = redis.call('GET', p .. 'job:' .. id .. ':receipt')
   local mine = token .. ':' .. nonce .. ':'
   if receipt and string.sub(receipt, 1, #mine) == mine then
-    return string.sub(receipt, #mine + 1)
+    return nil, {'settled', string.sub(receipt, #mine + 1)}
   end
-  return nil
-end
-
--- leave_lease(p, id, state): take a fenced job out of the set its state names. Accepted from
--- 'active', or from 'pending' when the reaper returned it and nobody has re-claimed it yet.
--- Returns true when the job was removed from that set.
-local function leave_lease(p, id, state)
+  local row, state, verdict = fence(p, id, token, nonce)
+  if verdict then
+    return nil, verdict
+  end
+  local left = false
   if state == 'active' then
-    return redis.call('ZREM', p .. 'active', id) == 1
+    left = redis.call('ZREM', p .. 'active', id) == 1
   elseif state == 'pending' then
-    return redis.call('ZREM', p .. 'pending', id) == 1
+    left = redis.call('ZREM', p .. 'pending', id) == 1
   end
-  return false
+  if not left then
+    return nil, {'state', state or ''}
+  end
+  return row, nil
 end
 
 -- wake(key, n): push up to n wake tokens (the list is kept at 64), one per parked worker to start.
