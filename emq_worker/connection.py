@@ -10,12 +10,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool
 
 from emq_worker.errors import ConfigError, VersionFenceError
 from emq_worker.keys import VERSION_KEY
 
 SCHEMES = ("redis", "rediss", "unix")
+POOL_WAIT_S = 20.0
+"""How long a command waits for a free pooled connection before it fails."""
 
 
 def validate_url(url: str) -> str:
@@ -48,12 +50,19 @@ async def check_version(conn: AbstractConnection, wire_version: str) -> None:
 
 
 def connect(
-    url: str, wire_version: str, *, socket_timeout_s: float | None = None, **options: Any
+    url: str,
+    wire_version: str,
+    *,
+    socket_timeout_s: float | None = None,
+    max_connections: int = 32,
+    **options: Any,
 ) -> Redis:
     """A client whose every (re)connection is fenced on `{emq}:version`.
 
     Bytes in, bytes out (payloads are opaque). `socket_timeout_s` must exceed the longest
-    blocking command the caller sends (the supervisor's park).
+    blocking command the caller sends (the supervisor's park). The pool blocks when all
+    `max_connections` are busy instead of failing, so a burst of concurrent settles waits its
+    turn rather than erroring.
     """
     validate_url(url)
 
@@ -61,11 +70,14 @@ def connect(
         await conn.on_connect()
         await check_version(conn, wire_version)
 
-    return Redis.from_url(
+    pool = BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=POOL_WAIT_S,
         decode_responses=False,
         socket_timeout=socket_timeout_s,
         socket_connect_timeout=5.0,
         redis_connect_func=fenced_on_connect,
         **options,
     )
+    return Redis.from_pool(pool)

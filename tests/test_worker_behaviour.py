@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
 from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
 from emq_worker.keys import QueueKeys
@@ -409,3 +410,26 @@ async def test_a_re_sent_complete_answers_settled_and_counts_once(
     assert (second.status, second.detail) == (SettleStatus.SETTLED, "completed")
     assert (await queue.counts()).completed == 1
     assert await queue.state_of(job) == "absent"
+
+
+async def test_hundreds_of_jobs_settling_at_once_wait_for_a_connection_instead_of_failing(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """More concurrent settles than pooled connections: they queue for one, none errors."""
+    release = anyio.Event()
+    app = App()
+
+    @app.task
+    async def held(ctx: JobContext) -> None:
+        await release.wait()
+
+    await Producer(client).enqueue_many(queue_name, [JobSpec("held") for _ in range(300)])
+    with capture_logs() as logs:
+        async with running_worker(settings(queue_name, redis_url, concurrency=300), app) as worker:
+            await until(lambda: worker.counters.claimed == 300, what="300 jobs claimed")
+            release.set()
+            await until(lambda: worker.counters.completed == 300, what="300 completions")
+    trouble = [e["event"] for e in logs if e["log_level"] in ("warning", "error")]
+    assert trouble == []
+    assert worker.counters.retried == 0
+    assert (await Producer(client).queue(queue_name).counts()).completed == 300
