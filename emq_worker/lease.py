@@ -44,11 +44,26 @@ class LeaseBook:
     def __init__(self) -> None:
         self._by_queue: dict[str, dict[JobId, Lease]] = {}
         self._size = 0
+        self._settling = 0
         self._emptied = anyio.Event()
         self._emptied.set()
+        self._settled = anyio.Event()
+        self._settled.set()
 
     def __len__(self) -> int:
         return self._size
+
+    @property
+    def running(self) -> int:
+        """Leases whose handler still runs (held minus those whose outcome is being written)."""
+        return self._size - self._settling
+
+    def mark_settling(self, lease: Lease) -> None:
+        if not lease.settling and self.holds(lease):
+            lease.settling = True
+            self._settling += 1
+            if self._settled.is_set():
+                self._settled = anyio.Event()
 
     def add(self, lease: Lease) -> None:
         leases = self._by_queue.setdefault(lease.job.queue, {})
@@ -63,6 +78,10 @@ class LeaseBook:
         if leases.get(lease.job.id) is lease:
             del leases[lease.job.id]
             self._size -= 1
+            if lease.settling:
+                self._settling -= 1
+                if self._settling == 0:
+                    self._settled.set()
             if self._size == 0:
                 self._emptied.set()
 
@@ -81,6 +100,10 @@ class LeaseBook:
 
     async def wait_empty(self) -> None:
         await self._emptied.wait()
+
+    async def wait_settled(self) -> None:
+        """Until no outcome is waiting to be written."""
+        await self._settled.wait()
 
 
 class SlotSignal:

@@ -78,16 +78,18 @@ def text(value: Any) -> str:
     raise ScriptError(f"expected a string in a script reply; got {value!r}")
 
 
-def settle_result(reply: Any) -> SettleResult:
-    """The one mapping of complete/fail replies to a SettleResult (EchoMQ's D10)."""
-    if not isinstance(reply, list) or not reply:
-        raise ScriptError(f"unexpected settle reply: {reply!r}")
-    try:
-        status = SettleStatus(text(reply[0]))
-    except ValueError as exc:
-        raise ScriptError(f"unexpected settle status: {reply!r}") from exc
-    detail = text(reply[1]) if len(reply) > 1 else ""
-    return SettleResult(status, detail)
+def settle_results(reply: Any, expected: int) -> list[SettleResult]:
+    """The one mapping of settle replies to SettleResults (one meaning per reply: EchoMQ's D10)."""
+    if not isinstance(reply, list) or len(reply) != 2 * expected:
+        raise ScriptError(f"unexpected settle reply for {expected} jobs: {reply!r}")
+    results = []
+    for i in range(0, len(reply), 2):
+        try:
+            status = SettleStatus(text(reply[i]))
+        except ValueError as exc:
+            raise ScriptError(f"unexpected settle status: {reply[i]!r}") from exc
+        results.append(SettleResult(status, text(reply[i + 1])))
+    return results
 
 
 def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:

@@ -20,7 +20,7 @@ from emq_worker.outcomes import (
     lost_leases,
     promote_result,
     reap_result,
-    settle_result,
+    settle_results,
     text,
 )
 from emq_worker.protocol import JobId, JobState, Token
@@ -46,6 +46,24 @@ class HeldLease:
     id: JobId
     token: Token
     nonce: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    lease: HeldLease
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Retry after `delay_ms` (0: at once), or dead once `max_attempts` are used (0: now)."""
+
+    lease: HeldLease
+    delay_ms: int
+    max_attempts: int
+    error: str
+
+
+Outcome = Completion | Failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,15 +120,26 @@ class Queue:
         reply = await self.scripts.call(self.client, "renew", [self.keys.active], args)
         return lost_leases(reply)
 
-    async def complete(self, lease: HeldLease, receipt_ms: int) -> SettleResult:
+    async def settle(self, outcomes: Sequence[Outcome], receipt_ms: int) -> list[SettleResult]:
+        """Write every outcome in one script call; one SettleResult per outcome, in order."""
+        if not outcomes:
+            return []
+        args: list[ArgValue] = [self.keys.prefix, receipt_ms]
+        for outcome in outcomes:
+            lease = outcome.lease
+            args += [lease.id, lease.token, lease.nonce]
+            if isinstance(outcome, Completion):
+                args += ["done", 0, 0, ""]
+            else:
+                args += ["fail", outcome.delay_ms, outcome.max_attempts, outcome.error]
         k = self.keys
         reply = await self.scripts.call(
-            self.client,
-            "complete",
-            [k.completed],
-            [k.prefix, lease.id, lease.token, lease.nonce, receipt_ms],
+            self.client, "settle", [k.completed, k.schedule, k.dead, k.failed, k.wake], args
         )
-        return settle_result(reply)
+        return settle_results(reply, len(outcomes))
+
+    async def complete(self, lease: HeldLease, receipt_ms: int) -> SettleResult:
+        return (await self.settle([Completion(lease)], receipt_ms))[0]
 
     async def fail(
         self,
@@ -121,23 +150,8 @@ class Queue:
         max_attempts: int,
         error: str,
     ) -> SettleResult:
-        k = self.keys
-        reply = await self.scripts.call(
-            self.client,
-            "fail",
-            [k.schedule, k.dead, k.failed, k.wake],
-            [
-                k.prefix,
-                lease.id,
-                lease.token,
-                lease.nonce,
-                receipt_ms,
-                delay_ms,
-                max_attempts,
-                error,
-            ],
-        )
-        return settle_result(reply)
+        failure = Failure(lease, delay_ms=delay_ms, max_attempts=max_attempts, error=error)
+        return (await self.settle([failure], receipt_ms))[0]
 
     async def release(self, leases: Sequence[HeldLease]) -> int:
         if not leases:

@@ -155,7 +155,7 @@ class Supervisor:
                 if self.clock.monotonic() >= deadline:
                     drained.more = True
                     return drained
-                free = self.settings.concurrency - len(self.book)
+                free = self.settings.concurrency - self.book.running
                 if free <= 0:
                     return drained
                 claimed_at = self.clock.monotonic()
@@ -165,7 +165,7 @@ class Supervisor:
                 for job in result.jobs:
                     lease = Lease(job=job, confirmed_at=claimed_at)
                     self.book.add(lease)
-                    jobs.start_soon(self.runner.run, lease, name=f"job {job.id}")
+                    jobs.start_soon(self.runner.run, lease)
                 self.counters.claimed += len(result.jobs)
                 drained.claimed += len(result.jobs)
                 if len(result.jobs) + result.phantoms < free:
@@ -190,7 +190,7 @@ class Supervisor:
         with anyio.CancelScope() as scope:
             self._park_scope = scope
             try:
-                if len(self.book) >= self.settings.concurrency:
+                if self.book.running >= self.settings.concurrency:
                     with anyio.move_on_after(timeout):
                         await self.slots.arm().wait()
                 else:

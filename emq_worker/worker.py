@@ -9,6 +9,7 @@ leases alive, then hand what is still held back to pending at once (fenced) and 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import anyio
 from redis.asyncio import Redis
@@ -23,10 +24,20 @@ from emq_worker.queue import Queue
 from emq_worker.renewal import RenewalSweep
 from emq_worker.runner import JobRunner
 from emq_worker.scripts import Scripts
+from emq_worker.settle import SettleBatcher
 from emq_worker.supervisor import Supervisor
 from emq_worker.tasks import App
 
 RELEASE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    queues: dict[str, Queue]
+    book: LeaseBook
+    batcher: SettleBatcher
+    supervisor: Supervisor
+    sweep: RenewalSweep
 
 
 class Worker:
@@ -76,13 +87,33 @@ class Worker:
                 await client.aclose()
 
     async def _run(self, client: Redis) -> None:
-        settings = self.settings
         scripts = Scripts()
         await scripts.load_all(client)
+        parts = self._assemble(client, scripts)
+        self._supervisor = parts.supervisor
+        if self._stop_requested:
+            parts.supervisor.request_stop()
+        settings = self.settings
+        self.log.info(
+            "worker_started",
+            queues=list(settings.queues),
+            concurrency=settings.concurrency,
+            lease_ms=settings.lease_ms,
+            renew_every_ms=settings.renew_interval_ms if settings.renew else 0,
+            beat_ms=settings.beat_ms,
+        )
+        self.ready.set()
+        with anyio.CancelScope() as root:
+            self._root = root
+            await self._serve(parts)
+        self.log.info("worker_stopped", forced=root.cancel_called, **self.counters.snapshot())
+
+    def _assemble(self, client: Redis, scripts: Scripts) -> Parts:
+        settings = self.settings
         queues = {name: Queue(client, scripts, name) for name in settings.queues}
         book, slots = LeaseBook(), SlotSignal()
-        runner = JobRunner(self.app, queues, book, slots, settings, self.counters, self._rng)
-        sweep = RenewalSweep(queues, book, slots, settings, self.counters, self._clock)
+        batcher = SettleBatcher(queues, book, slots, settings, self.counters)
+        runner = JobRunner(self.app, batcher, settings, self._rng)
         supervisor = Supervisor(
             client,
             list(queues.values()),
@@ -95,37 +126,33 @@ class Worker:
             self._rng,
             reap_max_attempts=self.app.most_attempts(settings.max_attempts),
         )
-        self._supervisor = supervisor
-        if self._stop_requested:
-            supervisor.request_stop()
-        self.log.info(
-            "worker_started",
-            queues=list(settings.queues),
-            concurrency=settings.concurrency,
-            lease_ms=settings.lease_ms,
-            renew_every_ms=settings.renew_interval_ms if settings.renew else 0,
-            beat_ms=settings.beat_ms,
-        )
-        self.ready.set()
-        with anyio.CancelScope() as root:
-            self._root = root
-            async with anyio.create_task_group() as background:
-                if settings.renew:
-                    background.start_soon(sweep.run)
-                async with anyio.create_task_group() as jobs:
-                    await supervisor.run(jobs)
-                    if len(book):
-                        self.log.info("draining", held=len(book), grace_ms=settings.grace_ms)
-                    with anyio.move_on_after(settings.grace_ms / 1000):
-                        await book.wait_empty()
-                    jobs.cancel_scope.cancel()
-                await self._release(queues, book)
-                background.cancel_scope.cancel()
-        self.log.info("worker_stopped", forced=root.cancel_called, **self.counters.snapshot())
+        sweep = RenewalSweep(queues, book, slots, settings, self.counters, self._clock)
+        return Parts(queues, book, batcher, supervisor, sweep)
+
+    async def _serve(self, parts: Parts) -> None:
+        """Beat until stopped; then give running jobs the grace period, write what finished,
+        and hand back what is still held."""
+        settings, book = self.settings, parts.book
+        async with anyio.create_task_group() as background:
+            if settings.renew:
+                background.start_soon(parts.sweep.run)
+            background.start_soon(parts.batcher.run)
+            async with anyio.create_task_group() as jobs:
+                await parts.supervisor.run(jobs)
+                if len(book):
+                    self.log.info("draining", held=len(book), grace_ms=settings.grace_ms)
+                with anyio.move_on_after(settings.grace_ms / 1000):
+                    await book.wait_empty()
+                jobs.cancel_scope.cancel()
+            with anyio.move_on_after(settings.settle_timeout_ms / 1000):
+                await book.wait_settled()
+            await self._release(parts.queues, book)
+            background.cancel_scope.cancel()
 
     async def _release(self, queues: dict[str, Queue], book: LeaseBook) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S):
-            for name, leases in book.queues():
+            for name, held in book.queues():
+                leases = [lease for lease in held if not lease.settling]
                 released = await queues[name].release([lease.held for lease in leases])
                 self.counters.released += released
                 for lease in leases:

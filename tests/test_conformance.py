@@ -30,7 +30,7 @@ from tests.support.conformance import (
     lapse,
 )
 
-OK = SettleResult(SettleStatus.OK)
+OK = SettleResult(SettleStatus.OK, "completed")
 GONE = SettleResult(SettleStatus.GONE)
 SHORT_LEASE_MS = 30
 """A lease short enough to let it lapse in a test; the sleep past it is the scenario."""

@@ -29,26 +29,25 @@ end
 --   {'gone'}, {'stale', current}  as fence() says
 --   {'state', state}      the token matches, but the job is neither active nor reaped back to
 --                         pending (still uncontested there): scheduled, dead, or not in its set
+-- The common case (an active job, its own token) costs no receipt lookup: a receipt can only
+-- matter once the job has left 'active'.
 local function settle_admit(p, id, token, nonce)
+  local row, state, verdict = fence(p, id, token, nonce)
+  if not verdict and state == 'active' and redis.call('ZREM', p .. 'active', id) == 1 then
+    return row, nil
+  end
   local receipt = redis.call('GET', p .. 'job:' .. id .. ':receipt')
   local mine = token .. ':' .. nonce .. ':'
   if receipt and string.sub(receipt, 1, #mine) == mine then
     return nil, {'settled', string.sub(receipt, #mine + 1)}
   end
-  local row, state, verdict = fence(p, id, token, nonce)
   if verdict then
     return nil, verdict
   end
-  local left = false
-  if state == 'active' then
-    left = redis.call('ZREM', p .. 'active', id) == 1
-  elseif state == 'pending' then
-    left = redis.call('ZREM', p .. 'pending', id) == 1
+  if state == 'pending' and redis.call('ZREM', p .. 'pending', id) == 1 then
+    return row, nil
   end
-  if not left then
-    return nil, {'state', state or ''}
-  end
-  return row, nil
+  return nil, {'state', state or ''}
 end
 
 -- wake(key, n): push up to n wake tokens (the list is kept at 64), one per parked worker to start.

@@ -1,0 +1,74 @@
+-- settle: write the outcomes of finished jobs (complete or fail), each fenced on its own, in one
+-- call: a worker flushes every outcome that is ready in one round trip.
+--
+-- KEYS[1] = emq:{q}:metrics:completed
+-- KEYS[2] = emq:{q}:schedule
+-- KEYS[3] = emq:{q}:dead
+-- KEYS[4] = emq:{q}:metrics:failed
+-- KEYS[5] = emq:{q}:wake
+-- ARGV[1] = p, the queue prefix "emq:{q}:"
+-- ARGV[2] = receipt_ms: how long each holder's receipt answers a re-sent settle
+-- ARGV[3..] = one septuple per job: id, token, nonce, verdict, delay_ms, max_attempts, error
+--   verdict 'done': complete. The row, its lock and logs subkeys are deleted; metrics:completed
+--                   counts it. (delay_ms, max_attempts and error are ignored: send 0, 0, '')
+--   verdict 'fail': retry after delay_ms into schedule (0: straight back to pending, with a
+--                   wake), or into dead once attempts - attempts_base >= max_attempts (0
+--                   dead-letters at once: an unknown task or an undecodable payload); last_error
+--                   is set and metrics:failed counts a dead job. attempts is never changed here:
+--                   it is the fencing token, and only a claim moves it.
+--
+-- Reply: a flat array with two entries per job, in order: status, detail
+--   'ok', outcome        settled now; outcome is completed, scheduled, pending or dead
+--   'settled', outcome   this holder already settled it (a re-sent command); nothing changed
+--   'gone', ''           the row does not exist
+--   'stale', current     another holder owns the job (its attempts, or its lock value)
+--   'state', state       the token matches but the job is not held any more (scheduled, dead,
+--                        or missing from the set its state names); nothing changed
+-- Accepted while the job is active, or reaped back to pending and not yet re-claimed (late but
+-- uncontested).
+--- @include now_ms
+--- @include fence
+local p, receipt_ms = ARGV[1], ARGV[2]
+local reply, completed, woken = {}, 0, 0
+local now = nil
+for i = 3, #ARGV, 7 do
+  local id, token, nonce, verdict = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local row, refusal = settle_admit(p, id, token, nonce)
+  local outcome
+  if refusal then
+    reply[#reply + 1] = refusal[1]
+    reply[#reply + 1] = refusal[2] or ''
+  elseif verdict == 'done' then
+    outcome = 'completed'
+    redis.call('DEL', row, row .. ':lock', row .. ':logs')
+    completed = completed + 1
+  else
+    local delay, max = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+    local base = tonumber(redis.call('HGET', row, 'attempts_base') or '0')
+    if tonumber(token) - base >= max then
+      outcome = 'dead'
+      redis.call('ZADD', KEYS[3], 0, id)
+      redis.call('HINCRBY', KEYS[4], 'count', 1)
+    elseif delay <= 0 then
+      outcome = 'pending'
+      redis.call('ZADD', p .. 'pending', 0, id)
+      woken = woken + 1
+    else
+      outcome = 'scheduled'
+      now = now or now_ms()
+      redis.call('ZADD', KEYS[2], now + delay, id)
+    end
+    redis.call('HSET', row, 'state', outcome, 'last_error', ARGV[i + 6])
+    redis.call('DEL', row .. ':lock')
+  end
+  if outcome then
+    redis.call('SET', row .. ':receipt', token .. ':' .. nonce .. ':' .. outcome, 'PX', receipt_ms)
+    reply[#reply + 1] = 'ok'
+    reply[#reply + 1] = outcome
+  end
+end
+if completed > 0 then
+  redis.call('HINCRBY', KEYS[1], 'count', completed)
+end
+wake(KEYS[5], woken)
+return reply
