@@ -124,19 +124,29 @@ class Queue:
         """Write every outcome in one script call; one SettleResult per outcome, in order."""
         if not outcomes:
             return []
-        args: list[ArgValue] = [self.keys.prefix, receipt_ms]
-        for outcome in outcomes:
-            lease = outcome.lease
+        completions = [o for o in outcomes if isinstance(o, Completion)]
+        failures = [o for o in outcomes if isinstance(o, Failure)]
+        args: list[ArgValue] = [self.keys.prefix, receipt_ms, len(completions)]
+        for completion in completions:
+            lease = completion.lease
             args += [lease.id, lease.token, lease.nonce]
-            if isinstance(outcome, Completion):
-                args += ["done", 0, 0, ""]
-            else:
-                args += ["fail", outcome.delay_ms, outcome.max_attempts, outcome.error]
+        for failure in failures:
+            lease = failure.lease
+            args += [
+                lease.id,
+                lease.token,
+                lease.nonce,
+                failure.delay_ms,
+                failure.max_attempts,
+                failure.error,
+            ]
         k = self.keys
         reply = await self.scripts.call(
             self.client, "settle", [k.completed, k.schedule, k.dead, k.failed, k.wake], args
         )
-        return settle_results(reply, len(outcomes))
+        results = settle_results(reply, len(outcomes))
+        by_outcome = dict(zip(map(id, [*completions, *failures]), results, strict=True))
+        return [by_outcome[id(outcome)] for outcome in outcomes]
 
     async def complete(self, lease: HeldLease, receipt_ms: int) -> SettleResult:
         return (await self.settle([Completion(lease)], receipt_ms))[0]

@@ -8,16 +8,18 @@
 -- KEYS[5] = emq:{q}:wake
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = receipt_ms: how long each holder's receipt answers a re-sent settle
--- ARGV[3..] = one septuple per job: id, token, nonce, verdict, delay_ms, max_attempts, error
---   verdict 'done': complete. The row, its lock and logs subkeys are deleted; metrics:completed
---                   counts it. (delay_ms, max_attempts and error are ignored: send 0, 0, '')
---   verdict 'fail': retry after delay_ms into schedule (0: straight back to pending, with a
---                   wake), or into dead once attempts - attempts_base >= max_attempts (0
---                   dead-letters at once: an unknown task or an undecodable payload); last_error
---                   is set and metrics:failed counts a dead job. attempts is never changed here:
---                   it is the fencing token, and only a claim moves it.
+-- ARGV[3] = n, the number of completions that follow
+-- ARGV[4..] = n triples, one per completed job: id, token, nonce. The row, its lock and logs
+--             subkeys are deleted; metrics:completed counts them.
+-- then    = one sextuple per failed job: id, token, nonce, delay_ms, max_attempts, error. It is
+--           retried after delay_ms into schedule (0: straight back to pending, with a wake), or
+--           moved to dead once attempts - attempts_base >= max_attempts (0 dead-letters at once:
+--           an unknown task or an undecodable payload); last_error is set and metrics:failed
+--           counts a dead job. attempts is never changed here: it is the fencing token, and only
+--           a claim moves it.
 --
--- Reply: a flat array with two entries per job, in order: status, detail
+-- Reply: a flat array with two entries per job, completions first, then failures, each in the
+-- order sent: status, detail
 --   'ok', outcome        settled now; outcome is completed, scheduled, pending or dead
 --   'settled', outcome   this holder already settled it (a re-sent command); nothing changed
 --   'gone', ''           the row does not exist
@@ -28,23 +30,42 @@
 -- uncontested).
 --- @include now_ms
 --- @include fence
-local p, receipt_ms = ARGV[1], ARGV[2]
+local p, receipt_ms, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reply, completed, woken = {}, 0, 0
 local now = nil
-for i = 3, #ARGV, 7 do
-  local id, token, nonce, verdict = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+
+local function answer(row, id, token, nonce, outcome)
+  redis.call('SET', row .. ':receipt', token .. ':' .. nonce .. ':' .. outcome, 'PX', receipt_ms)
+  reply[#reply + 1] = 'ok'
+  reply[#reply + 1] = outcome
+end
+
+local function refuse(refusal)
+  reply[#reply + 1] = refusal[1]
+  reply[#reply + 1] = refusal[2] or ''
+end
+
+local failures_from = 4 + 3 * n
+for i = 4, failures_from - 1, 3 do
+  local id, token, nonce = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local row, refusal = settle_admit(p, id, token, nonce)
-  local outcome
   if refusal then
-    reply[#reply + 1] = refusal[1]
-    reply[#reply + 1] = refusal[2] or ''
-  elseif verdict == 'done' then
-    outcome = 'completed'
+    refuse(refusal)
+  else
     redis.call('DEL', row, row .. ':lock', row .. ':logs')
     completed = completed + 1
+    answer(row, id, token, nonce, 'completed')
+  end
+end
+for i = failures_from, #ARGV, 6 do
+  local id, token, nonce = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local row, refusal = settle_admit(p, id, token, nonce)
+  if refusal then
+    refuse(refusal)
   else
-    local delay, max = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+    local delay, max = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
     local base = tonumber(redis.call('HGET', row, 'attempts_base') or '0')
+    local outcome
     if tonumber(token) - base >= max then
       outcome = 'dead'
       redis.call('ZADD', KEYS[3], 0, id)
@@ -58,13 +79,9 @@ for i = 3, #ARGV, 7 do
       now = now or now_ms()
       redis.call('ZADD', KEYS[2], now + delay, id)
     end
-    redis.call('HSET', row, 'state', outcome, 'last_error', ARGV[i + 6])
+    redis.call('HSET', row, 'state', outcome, 'last_error', ARGV[i + 5])
     redis.call('DEL', row .. ':lock')
-  end
-  if outcome then
-    redis.call('SET', row .. ':receipt', token .. ':' .. nonce .. ':' .. outcome, 'PX', receipt_ms)
-    reply[#reply + 1] = 'ok'
-    reply[#reply + 1] = outcome
+    answer(row, id, token, nonce, outcome)
   end
 end
 if completed > 0 then

@@ -1,0 +1,144 @@
+"""What every runner shares; the standard library only (peer runners import it in their venvs).
+
+A runner is started as `python -m bench.runners.<system>_runner '<json config>'` and reports by
+printing one JSON object per line on stdout: `{"event": "...", ...}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def emit(event: str, **fields: Any) -> None:
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def config() -> dict[str, Any]:
+    """The JSON config given as the single command-line argument."""
+    loaded: dict[str, Any] = json.loads(sys.argv[1])
+    return loaded
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """utime + stime of a process from /proc/<pid>/stat (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def memory_kb(pid: int | str = "self") -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) of a process, in kB."""
+    found: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(rest.split()[0])
+    return found
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile of `values` (p in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counts handler starts and latency probes inside a worker process.
+
+    `first_start`/`cpu_at_first_start` mark the start of a drain; the runner marks its end once
+    the worker's own completion count reaches n (after the settle, not after the handler).
+    """
+
+    n: int
+    started: int = 0
+    first_start: float = 0.0
+    cpu_at_first_start: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+    on_all_started: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        if self.started == 0:
+            self.first_start = time.time()
+            self.cpu_at_first_start = cpu_seconds()
+        self.started += 1
+        if self.started == self.n and self.on_all_started is not None:
+            self.on_all_started()
+
+    def probe(self, enqueued_at: float) -> None:
+        self.latencies_ms.append((time.time() - enqueued_at) * 1000)
+        self.start()
+
+    def done_fields(self, completed: int) -> dict[str, Any]:
+        """What a drain reports when its n-th job has been settled."""
+        return {
+            "completed": completed,
+            "first_start": self.first_start,
+            "last_finish": time.time(),
+            "cpu_s": cpu_seconds() - self.cpu_at_first_start,
+        }
+
+    def latency_fields(self) -> dict[str, Any]:
+        lat = self.latencies_ms
+        return {
+            "count": len(lat),
+            "p50_ms": percentile(lat, 50) if lat else None,
+            "p99_ms": percentile(lat, 99) if lat else None,
+            "max_ms": max(lat) if lat else None,
+        }
+
+
+def finish() -> None:
+    """Leave at once once the last report is out: teardown is not measured, and a peer's
+    graceful stop (or a blocked BLMOVE on a thousand connections) would only slow the run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+async def paced(count: int, rate: float, send: Callable[[float], Any]) -> None:
+    """Call `await send(enqueued_at)` `count` times at `rate` per second (on a fixed schedule;
+    a late send goes at once instead of drifting the schedule)."""
+    import asyncio
+
+    start = time.monotonic()
+    for i in range(count):
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await send(time.time())
+
+
+async def concurrently(count: int, width: int, send: Callable[[], Any]) -> None:
+    """Call `await send()` `count` times with at most `width` calls in flight."""
+    import asyncio
+
+    remaining = count
+
+    async def lane() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await send()
+
+    await asyncio.gather(*(lane() for _ in range(min(width, count))))
+
+
+def maybe_uvloop(cfg: dict[str, Any]) -> None:
+    """Install uvloop's event loop policy when the run asked for it (all systems or none)."""
+    if cfg.get("uvloop"):
+        import uvloop  # type: ignore[import-not-found,unused-ignore]
+
+        uvloop.install()
