@@ -140,3 +140,25 @@ class Scripts:
                 return await client.evalsha(script.sha, len(keys), *keys, *args)
         except ResponseError as exc:
             raise typed_error(exc) from exc
+
+    async def call_pipelined(
+        self, client: Redis, name: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
+    ) -> list[Any]:
+        """Several calls of one script in one round trip (a pipeline of EVALSHAs).
+
+        A pipeline gets no NOSCRIPT recovery from the server's side, so on NOSCRIPT the script is
+        loaded and the whole pipeline sent again: only for idempotent verbs (renew).
+        """
+        script = self.by_name[name]
+        for _ in range(2):
+            async with client.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                replies: list[Any] = await pipe.execute(raise_on_error=False)
+            if not any(isinstance(reply, NoScriptError) for reply in replies):
+                break
+            await self._load(client, script)
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                raise typed_error(reply) from reply
+        return replies

@@ -19,7 +19,7 @@ from emq_worker.metrics import Counters
 from emq_worker.outcomes import SettleResult, SettleStatus
 from emq_worker.queue import Completion, Outcome, Queue
 
-MAX_BATCH = 500
+MAX_BATCH = 250
 """Outcomes per script call: bounds how long one call holds the server."""
 FIRST_PAUSE_S = 0.05
 MAX_PAUSE_S = 1.0

@@ -1,7 +1,7 @@
 """The supervisor owns the beat: reap first, then promote, then drain, then park.
 
 Reap and promote run once per beat. Drain claims as many ready jobs as there are free slots, in
-one script call per queue, queues served in the order given. Park sleeps until the next beat or
+script calls of at most CLAIM_BATCH jobs, queues served in the order given. Park sleeps until the next beat or
 the next scheduled job is due; it returns early on a wake token (new work) when slots are free,
 or when a running job frees a slot while all are taken.
 """
@@ -25,7 +25,8 @@ from emq_worker.metrics import Counters
 from emq_worker.queue import Queue
 from emq_worker.runner import JobRunner
 
-MAX_REAP_BATCHES_PER_BEAT = 10
+CLAIM_BATCH = 250
+"""The most jobs one claim call leases: bounds how long the call holds the server."""
 BACKOFF_FIRST_S = 0.1
 BACKOFF_CAP_S = 5.0
 
@@ -115,8 +116,13 @@ class Supervisor:
         return idle
 
     async def reap(self) -> None:
+        """Reap in short bounded batches until caught up, or until half a beat has gone: a backlog
+        of expired leases (a crashed worker held thousands) comes back within a beat or two,
+        while no single call holds the server for long."""
+        budget_ends = self.clock.monotonic() + self.settings.beat_ms / 2000
         for queue in self.queues:
-            for _ in range(MAX_REAP_BATCHES_PER_BEAT):
+            more = True
+            while more:
                 result = await queue.reap(self.settings.reap_batch, self.reap_max_attempts)
                 self.counters.reaped += result.returned
                 self.counters.reaped_dead += result.dead
@@ -129,8 +135,7 @@ class Supervisor:
                         dead=result.dead,
                         phantoms=result.phantoms,
                     )
-                if not result.more:
-                    break
+                more = result.more and self.clock.monotonic() < budget_ends
 
     async def promote(self) -> None:
         soonest: int | None = None
@@ -159,7 +164,7 @@ class Supervisor:
                 if free <= 0:
                     return drained
                 claimed_at = self.clock.monotonic()
-                result = await queue.claim(free, self.settings.lease_ms)
+                result = await queue.claim(min(free, CLAIM_BATCH), self.settings.lease_ms)
                 self._note_pause(queue.name, result.paused)
                 self.counters.phantoms += result.phantoms
                 for job in result.jobs:
@@ -168,7 +173,7 @@ class Supervisor:
                     jobs.start_soon(self.runner.run, lease)
                 self.counters.claimed += len(result.jobs)
                 drained.claimed += len(result.jobs)
-                if len(result.jobs) + result.phantoms < free:
+                if len(result.jobs) + result.phantoms < min(free, CLAIM_BATCH):
                     break
         return drained
 

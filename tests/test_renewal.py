@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
 from emq_worker.keys import QueueKeys
+from emq_worker.queue import RENEW_CHUNK, HeldLease
 from emq_worker.scripts import Scripts
 from tests.support.running import running_worker, worker_settings
 from tests.support.server import RedisServer
@@ -42,7 +43,7 @@ async def active_scores(client: Redis, keys: QueueKeys) -> dict[bytes, float]:
     return dict(pairs)
 
 
-async def test_k_held_leases_are_renewed_by_one_script_call_per_tick(
+async def test_k_held_leases_are_renewed_in_one_round_trip_per_tick(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
     started: list[int] = []
@@ -56,7 +57,7 @@ async def test_k_held_leases_are_renewed_by_one_script_call_per_tick(
         queue_name, redis_url, concurrency=K, lease_ms=1_500, renew_every_ms=500, beat_ms=200
     )
     monitor_client = Redis.from_url(redis_url)
-    renew_calls: list[list[str]] = []
+    renew_calls: list[tuple[str, list[str]]] = []
     try:
         async with running_worker(options, app) as worker:
             await until(lambda: len(started) == K, what=f"all {K} jobs held")
@@ -81,7 +82,8 @@ async def test_k_held_leases_are_renewed_by_one_script_call_per_tick(
                     elif words[:2] == ["ECHO", "window-close"]:
                         break
                     elif inside and words[:2] == ["EVALSHA", renew_sha] and keys.active in words:
-                        renew_calls.append(words)
+                        client_at = f"{command['client_address']}:{command['client_port']}"
+                        renew_calls.append((client_at, words))
             after = await active_scores(client, keys)
             async with client.pipeline(transaction=False) as pipe:
                 for job_id in ids:
@@ -94,12 +96,20 @@ async def test_k_held_leases_are_renewed_by_one_script_call_per_tick(
         await monitor_client.aclose()
 
     assert last - first >= TICKS
-    assert len(renew_calls) == last - first, "exactly one renew call per tick for the queue"
-    for words in renew_calls:
-        # EVALSHA sha numkeys KEYS[1] then ARGV: prefix, lease_ms, and one triple per lease.
-        assert words[2:4] == ["1", keys.active]
-        assert len(words) - 4 == 3 * K + 2
-        assert {words[i] for i in range(6, len(words), 3)} == set(ids)
+    # Each tick renews all K leases in ceil(K / RENEW_CHUNK) script calls of one pipeline: one
+    # round trip, the calls arriving together on one connection, so no call holds the server long.
+    per_tick = -(-K // RENEW_CHUNK)
+    assert len(renew_calls) == (last - first) * per_tick, "one pipelined set of calls per tick"
+    for tick in range(last - first):
+        group = renew_calls[tick * per_tick : (tick + 1) * per_tick]
+        assert len({client_at for client_at, _ in group}) == 1, "one connection per tick"
+        renewed: list[str] = []
+        for _, words in group:
+            # EVALSHA sha numkeys KEYS[1] then ARGV: prefix, lease_ms, and one triple per lease.
+            assert words[2:4] == ["1", keys.active]
+            assert len(words) - 6 <= 3 * RENEW_CHUNK
+            renewed += words[6::3]
+        assert sorted(renewed) == sorted(ids), "every held lease renewed once per tick"
     assert started == [1] * K
     assert attempts == [b"1"] * K
     assert len(before) == len(after) == K
@@ -238,3 +248,32 @@ async def test_leases_stay_renewed_while_a_due_job_waits_for_a_free_slot(
     assert four_ticks < 4 * 0.3 + 0.5
     assert held_counters["reaped"] == held_counters["leases_lost"] == 0
     assert held_counters["self_fenced"] == 0
+
+
+async def _evalsha_calls(client: Redis) -> int:
+    """EVALSHAs that ran (Redis counts those refused with NOSCRIPT as failed calls too)."""
+    stats = (await client.info("commandstats")).get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0)) - int(stats.get("failed_calls", 0))
+
+
+async def test_a_large_k_is_renewed_in_chunks_of_one_pipeline_that_survive_noscript(
+    client: Redis, queue_name: str
+) -> None:
+    """2 500 leases: renew calls of at most RENEW_CHUNK leases each, sent together; every deadline
+    moves, and a SCRIPT FLUSH just before costs nothing but a reload."""
+    producer = Producer(client)
+    queue = producer.queue(queue_name)
+    await producer.enqueue_many(queue_name, [JobSpec("noop") for _ in range(2_500)])
+    claimed = await queue.claim(2_500, 5_000)
+    assert len(claimed.jobs) == 2_500
+    before = await active_scores(client, queue.keys)
+    await client.script_flush()
+    calls_before = await _evalsha_calls(client)
+    leases = [HeldLease(job.id, job.token, job.nonce) for job in claimed.jobs]
+    lost = await queue.renew(leases, 60_000)
+    calls = await _evalsha_calls(client) - calls_before
+    assert lost == []
+    assert calls == -(-2_500 // RENEW_CHUNK), f"renew EVALSHAs that ran: {calls}"
+    after = await active_scores(client, queue.keys)
+    assert after.keys() == before.keys()
+    assert all(after[member] >= before[member] + 50_000 for member in before)

@@ -7,6 +7,7 @@ printing one JSON object per line on stdout: `{"event": "...", ...}`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -50,7 +51,7 @@ def memory_kb(pid: int | str = "self") -> dict[str, int]:
 def percentile(values: list[float], p: float) -> float:
     """Nearest-rank percentile of `values` (p in 0..100)."""
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(p / 100 * len(ordered))))
     return ordered[rank - 1]
 
 
@@ -98,6 +99,13 @@ class Tally:
             "p99_ms": percentile(lat, 99) if lat else None,
             "max_ms": max(lat) if lat else None,
         }
+
+
+def exit_on_crash(task: Any) -> None:
+    """A done-callback for a peer worker's asyncio task: report a crash and leave at once."""
+    if not task.cancelled() and task.exception() is not None:
+        emit("error", error=repr(task.exception()))
+        finish()
 
 
 def finish() -> None:

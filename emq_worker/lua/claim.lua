@@ -65,7 +65,9 @@ for i = 1, #popped, 2 do
   end
 end
 if #claimed > 0 then
-  redis.call('RPUSH', memo, unpack(claimed))
+  for first = 1, #claimed, 1000 do  -- unpack() has a stack limit of a few thousand values
+    redis.call('RPUSH', memo, unpack(claimed, first, math.min(first + 999, #claimed)))
+  end
   redis.call('PEXPIRE', memo, lease)
 end
 return reply

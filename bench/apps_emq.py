@@ -1,0 +1,40 @@
+"""The emq-worker App the benchmark runs: no-op, 1 ms sleep, long hold and latency-probe tasks.
+
+`emq-worker run --app bench.apps_emq:app --queue bench` runs the same tasks under the CLI (for
+profiling a worker by hand, e.g. with py-spy); the bench itself builds one per run with its own
+Tally through `make_app`.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from bench.runners.common import Tally
+from emq_worker import App, JobContext
+
+
+def make_app(tally: Tally) -> App:
+    app = App()
+
+    @app.task
+    async def noop(ctx: JobContext) -> None:
+        tally.start()
+
+    @app.task
+    async def sleep1ms(ctx: JobContext) -> None:
+        tally.start()
+        await anyio.sleep(0.001)
+
+    @app.task
+    async def hold(ctx: JobContext, seconds: float) -> None:
+        tally.start()
+        await anyio.sleep(seconds)
+
+    @app.task
+    async def probe(ctx: JobContext, t: float) -> None:
+        tally.probe(t)
+
+    return app
+
+
+app = make_app(Tally(n=0))

@@ -1,0 +1,77 @@
+"""How big each scenario is: the full run and `--quick` (a smoke test well under a minute)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCENARIOS = (
+    "enqueue",
+    "drain",
+    "sleep",
+    "latency",
+    "roundtrips",
+    "renewal",
+    "recovery",
+    "rss",
+)
+"""enqueue (1); drain = no-op drain (2) with CPU, commands (7) and round trips per job; sleep =
+1 ms-sleep drain (3); latency (4); roundtrips = top-level commands per job by MONITOR;
+renewal (5) and recovery (6) are emq-worker only; rss (8)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    repeat: int
+    drain_n: int
+    concurrencies: tuple[int, ...]
+    enqueue_single: int
+    enqueue_concurrent: int
+    enqueue_bulk: int
+    enqueue_width: int = 50
+    """Single enqueues in flight at once in the concurrent measurement (and in pre-fills)."""
+    bulk_batch: int = 1_000
+    idle_probes: int = 100
+    idle_rate: float = 50.0
+    load_probes: int = 2_000
+    load_rate: float = 500.0
+    latency_concurrency: int = 100
+    monitor_n: int = 2_000
+    renew_ks: tuple[int, ...] = (100, 1_000, 10_000)
+    renew_lease_ms: int = 3_000
+    renew_every_ms: int = 1_000
+    renew_window_s: float = 3.2
+    recovery_n: int = 10_000
+    recovery_lease_ms: int = 2_000
+    recovery_beat_ms: int = 1_000
+    recovery_concurrency: int = 100
+    rss_k: int = 10_000
+    hold_s: float = 3_600.0
+
+
+FULL = Plan(
+    repeat=3,
+    drain_n=20_000,
+    concurrencies=(100, 1_000),
+    enqueue_single=5_000,
+    enqueue_concurrent=10_000,
+    enqueue_bulk=20_000,
+)
+
+QUICK = Plan(
+    repeat=1,
+    drain_n=1_000,
+    concurrencies=(100, 1_000),
+    enqueue_single=500,
+    enqueue_concurrent=1_000,
+    enqueue_bulk=2_000,
+    idle_probes=20,
+    load_probes=250,
+    monitor_n=300,
+    renew_ks=(100, 1_000),
+    renew_lease_ms=900,
+    renew_every_ms=300,
+    renew_window_s=1.0,
+    recovery_n=1_000,
+    recovery_lease_ms=1_200,
+    rss_k=1_000,
+)

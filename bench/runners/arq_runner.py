@@ -1,0 +1,158 @@
+"""arq's runner, run by the arq virtualenv's python: imports only arq and the standard library.
+
+The worker is arq's documented `Worker(functions=..., redis_pool=..., max_jobs=C)`, its other
+settings at their defaults (poll_delay 0.5 s, keep_result 1 h). Completions are counted by arq's
+`after_job_end` hook, which runs once the job's result has been written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from arq import Worker, create_pool  # type: ignore[import-not-found]
+from arq.connections import RedisSettings  # type: ignore[import-not-found]
+
+from bench.runners.common import (
+    Tally,
+    concurrently,
+    config,
+    emit,
+    exit_on_crash,
+    finish,
+    maybe_uvloop,
+    memory_kb,
+    paced,
+)
+
+TALLY = Tally(n=0)
+HOLD_TIMEOUT_S = 3600
+
+
+async def noop(ctx: dict[str, Any]) -> None:
+    TALLY.start()
+
+
+async def sleep1ms(ctx: dict[str, Any]) -> None:
+    TALLY.start()
+    await asyncio.sleep(0.001)
+
+
+async def hold(ctx: dict[str, Any], seconds: float) -> None:
+    TALLY.start()
+    await asyncio.sleep(seconds)
+
+
+async def probe(ctx: dict[str, Any], t: float) -> None:
+    TALLY.probe(t)
+
+
+FUNCTIONS = [noop, sleep1ms, hold, probe]
+
+
+async def pool(cfg: dict[str, Any]) -> Any:
+    return await create_pool(RedisSettings.from_dsn(cfg["url"]), default_queue_name=cfg["queue"])
+
+
+async def enqueue(cfg: dict[str, Any]) -> None:
+    """One by one and `width` concurrent (arq has no bulk enqueue)."""
+    redis = await pool(cfg)
+
+    async def one() -> None:
+        await redis.enqueue_job("noop")
+
+    begun = time.perf_counter()
+    for _ in range(cfg["single"]):
+        await one()
+    single_s = time.perf_counter() - begun
+    begun = time.perf_counter()
+    await concurrently(cfg["concurrent"], cfg["width"], one)
+    emit("done", single_s=single_s, concurrent_s=time.perf_counter() - begun, bulk_s=None)
+
+
+async def fill(cfg: dict[str, Any]) -> None:
+    redis = await pool(cfg)
+    args = cfg.get("kwargs", {})
+
+    async def one() -> None:
+        await redis.enqueue_job(cfg["task"], **args)
+
+    await concurrently(cfg["n"], cfg["width"], one)
+    emit("done")
+
+
+async def produce(cfg: dict[str, Any]) -> None:
+    redis = await pool(cfg)
+
+    async def send(t: float) -> None:
+        await redis.enqueue_job("probe", t)
+
+    await paced(cfg["n"], cfg["rate"], send)
+    emit("done")
+
+
+async def start_worker(cfg: dict[str, Any], n: int) -> tuple[Any, asyncio.Event, asyncio.Event]:
+    """Start arq's worker; return it, an event set when n jobs started, one when n finished."""
+    all_started, all_done = asyncio.Event(), asyncio.Event()
+    TALLY.n = n
+    TALLY.on_all_started = all_started.set
+    finished = 0
+
+    async def after_job_end(ctx: dict[str, Any]) -> None:
+        nonlocal finished
+        finished += 1
+        if finished == n:
+            all_done.set()
+
+    worker = Worker(
+        functions=FUNCTIONS,
+        queue_name=cfg["queue"],
+        redis_pool=await pool(cfg),
+        max_jobs=cfg["concurrency"],
+        after_job_end=after_job_end,
+        handle_signals=False,
+        job_timeout=HOLD_TIMEOUT_S if cfg["mode"] == "hold" else 300,
+    )
+    task = asyncio.get_running_loop().create_task(worker.async_run())
+    task.add_done_callback(exit_on_crash)
+    return worker, all_started, all_done
+
+
+async def drain(cfg: dict[str, Any]) -> None:
+    worker, all_started, all_done = await start_worker(cfg, cfg["n"])
+    emit("ready", **memory_kb())
+    await all_started.wait()
+    await all_done.wait()
+    fields = TALLY.latency_fields() if TALLY.latencies_ms else {}
+    emit("done", **TALLY.done_fields(worker.jobs_complete), **fields)
+    finish()
+
+
+async def hold_jobs(cfg: dict[str, Any]) -> None:
+    _, all_started, _ = await start_worker(cfg, cfg["k"])
+    emit("ready", **memory_kb())
+    await all_started.wait()
+    emit("held", **memory_kb())
+    await asyncio.Event().wait()
+
+
+MODES: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
+    "enqueue": enqueue,
+    "fill": fill,
+    "produce": produce,
+    "drain": drain,
+    "hold": hold_jobs,
+}
+
+
+def main() -> None:
+    cfg = config()
+    maybe_uvloop(cfg)
+    asyncio.run(MODES[cfg["mode"]](cfg))
+    finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""SAQ's runner, run by the SAQ virtualenv's python: imports only saq and the standard library.
+
+The worker is SAQ's documented `Worker(queue, functions=..., concurrency=C)`, its other settings
+at their defaults (dequeue_timeout 0: each of the C slots blocks in BLMOVE on its own connection).
+Completions are counted by SAQ's `after_process` hook, which runs once the job is finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from saq import Queue, Worker  # type: ignore[import-not-found]
+
+from bench.runners.common import (
+    Tally,
+    concurrently,
+    config,
+    emit,
+    exit_on_crash,
+    finish,
+    maybe_uvloop,
+    memory_kb,
+    paced,
+)
+
+TALLY = Tally(n=0)
+
+
+async def noop(ctx: dict[str, Any]) -> None:
+    TALLY.start()
+
+
+async def sleep1ms(ctx: dict[str, Any]) -> None:
+    TALLY.start()
+    await asyncio.sleep(0.001)
+
+
+async def hold(ctx: dict[str, Any], *, seconds: float) -> None:
+    TALLY.start()
+    await asyncio.sleep(seconds)
+
+
+async def probe(ctx: dict[str, Any], *, t: float) -> None:
+    TALLY.probe(t)
+
+
+FUNCTIONS = [noop, sleep1ms, hold, probe]
+
+
+async def queue_of(cfg: dict[str, Any]) -> Any:
+    queue = Queue.from_url(cfg["url"], name=cfg["queue"])
+    await queue.connect()
+    return queue
+
+
+async def enqueue(cfg: dict[str, Any]) -> None:
+    """One by one and `width` concurrent (SAQ has no bulk enqueue; its queue also caps
+    concurrent operations at max_concurrent_ops, 20 by default)."""
+    queue = await queue_of(cfg)
+
+    async def one() -> None:
+        await queue.enqueue("noop")
+
+    begun = time.perf_counter()
+    for _ in range(cfg["single"]):
+        await one()
+    single_s = time.perf_counter() - begun
+    begun = time.perf_counter()
+    await concurrently(cfg["concurrent"], cfg["width"], one)
+    emit("done", single_s=single_s, concurrent_s=time.perf_counter() - begun, bulk_s=None)
+
+
+async def fill(cfg: dict[str, Any]) -> None:
+    queue = await queue_of(cfg)
+    kwargs = cfg.get("kwargs", {})
+    # A held job must outlive SAQ's default 10 s job timeout; 0 means none.
+    options = {"timeout": 0} if cfg["task"] == "hold" else {}
+
+    async def one() -> None:
+        await queue.enqueue(cfg["task"], **options, **kwargs)
+
+    await concurrently(cfg["n"], cfg["width"], one)
+    emit("done")
+
+
+async def produce(cfg: dict[str, Any]) -> None:
+    queue = await queue_of(cfg)
+
+    async def send(t: float) -> None:
+        await queue.enqueue("probe", t=t)
+
+    await paced(cfg["n"], cfg["rate"], send)
+    emit("done")
+
+
+async def start_worker(cfg: dict[str, Any], n: int) -> tuple[Any, asyncio.Event, asyncio.Event]:
+    """Start SAQ's worker; return it, an event set when n jobs started, one when n finished."""
+    all_started, all_done = asyncio.Event(), asyncio.Event()
+    TALLY.n = n
+    TALLY.on_all_started = all_started.set
+    finished = 0
+
+    async def after_process(ctx: dict[str, Any]) -> None:
+        nonlocal finished
+        finished += 1
+        if finished == n:
+            all_done.set()
+
+    worker = Worker(
+        await queue_of(cfg),
+        functions=FUNCTIONS,
+        concurrency=cfg["concurrency"],
+        after_process=after_process,
+    )
+    task = asyncio.get_running_loop().create_task(worker.start())
+    task.add_done_callback(exit_on_crash)
+    return worker, all_started, all_done
+
+
+async def drain(cfg: dict[str, Any]) -> None:
+    worker, all_started, all_done = await start_worker(cfg, cfg["n"])
+    emit("ready", **memory_kb())
+    await all_started.wait()
+    await all_done.wait()
+    fields = TALLY.latency_fields() if TALLY.latencies_ms else {}
+    emit("done", **TALLY.done_fields(worker.queue.complete), **fields)
+    finish()
+
+
+async def hold_jobs(cfg: dict[str, Any]) -> None:
+    _, all_started, _ = await start_worker(cfg, cfg["k"])
+    emit("ready", **memory_kb())
+    await all_started.wait()
+    emit("held", **memory_kb())
+    await asyncio.Event().wait()
+
+
+MODES: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
+    "enqueue": enqueue,
+    "fill": fill,
+    "produce": produce,
+    "drain": drain,
+    "hold": hold_jobs,
+}
+
+
+def main() -> None:
+    cfg = config()
+    maybe_uvloop(cfg)
+    asyncio.run(MODES[cfg["mode"]](cfg))
+    finish()
+
+
+if __name__ == "__main__":
+    main()
