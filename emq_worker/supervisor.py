@@ -1,9 +1,9 @@
 """The supervisor owns the beat: reap first, then promote, then drain, then park.
 
 Reap and promote run once per beat. Drain claims as many ready jobs as there are free slots, in
-script calls of at most CLAIM_BATCH jobs, queues served in the order given. Park sleeps until the next beat or
-the next scheduled job is due; it returns early on a wake token (new work) when slots are free,
-or when a running job frees a slot while all are taken.
+script calls of at most CLAIM_BATCH jobs, queues served in the order given. Park sleeps until the
+next beat or the next scheduled job is due; it returns early on a wake token (new work) when
+slots are free, or when a running job frees a slot while all are taken.
 """
 
 from __future__ import annotations
