@@ -54,7 +54,6 @@ for i = 1, #popped, 2 do
   elseif payload then
     local attempts = redis.call('HINCRBY', row, 'attempts', 1)
     redis.call('HSET', row, 'state', 'active')
-    redis.call('ZADD', KEYS[2], deadline, id)
     redis.call('SET', row .. ':lock', attempts .. ':' .. nonce, 'PX', 2 * lease)
     claimed[#claimed + 1] = id
     reply[#reply + 1] = id
@@ -64,10 +63,19 @@ for i = 1, #popped, 2 do
     reply[2] = reply[2] + 1
   end
 end
-if #claimed > 0 then
-  for first = 1, #claimed, 1000 do  -- unpack() has a stack limit of a few thousand values
-    redis.call('RPUSH', memo, unpack(claimed, first, math.min(first + 999, #claimed)))
+-- One ZADD and one RPUSH per 500 jobs rather than per job (unpack() has a stack limit of a few
+-- thousand values).
+for first = 1, #claimed, 500 do
+  local last = math.min(first + 499, #claimed)
+  local scored = {}
+  for i = first, last do
+    scored[#scored + 1] = deadline
+    scored[#scored + 1] = claimed[i]
   end
+  redis.call('ZADD', KEYS[2], unpack(scored))
+  redis.call('RPUSH', memo, unpack(claimed, first, last))
+end
+if #claimed > 0 then
   redis.call('PEXPIRE', memo, lease)
 end
 return reply
