@@ -7,6 +7,7 @@ short windows of their own, never while it times a drain.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
@@ -47,17 +48,15 @@ class Monitor:
                 if match is None:
                     continue
                 at, client, command, arg1 = match.groups()
-                self.seen.append(
-                    Seen(float(at), client.decode(), command.decode().lower(), (arg1 or b"").decode())
-                )
+                command_name = command.decode().lower()
+                first = (arg1 or b"").decode()
+                self.seen.append(Seen(float(at), client.decode(), command_name, first))
         except (OSError, ValueError):
             return
 
     def stop(self) -> list[Seen]:
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._thread.join(timeout=10)
         self._sock.close()
         return self.seen

@@ -157,9 +157,7 @@ def table(results: Results, plan: Plan, systems: list[tuple[str, str]]) -> str:
             else:
                 cells.append(fmt(medians[n]))
         if with_ratios:
-            cells += [
-                "" if row.emq_only else ratio(medians["emq"], medians[n]) for n, _ in peers
-            ]
+            cells += ["" if row.emq_only else ratio(medians["emq"], medians[n]) for n, _ in peers]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -6,6 +6,7 @@ once and leaves held leases to the reaper. Signals are received in a task, never
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 from dataclasses import dataclass
 
@@ -71,4 +72,6 @@ def _sole_emq_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 def run(settings: WorkerSettings, app: App) -> int:
-    return anyio.run(serve, settings, app)
+    """Run the daemon on asyncio, with uvloop's faster event loop where it is installed."""
+    use_uvloop = importlib.util.find_spec("uvloop") is not None
+    return anyio.run(serve, settings, app, backend_options={"use_uvloop": use_uvloop})

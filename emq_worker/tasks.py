@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
@@ -38,12 +39,21 @@ class Task:
 
     def check_kwargs(self, ctx: object, kwargs: dict[str, Any]) -> None:
         """Raise PayloadError when the payload's kwargs cannot call this handler."""
+        names = self.keyword_names
+        if names is not None:
+            required, accepted = names
+            if required <= kwargs.keys() <= accepted:
+                return  # the common case, checked without building a BoundArguments
         try:
             self.signature.bind(ctx, **kwargs)
         except TypeError as exc:
             raise PayloadError(
                 f"kwargs do not fit task {self.name!r}{self.signature}: {exc}"
             ) from exc
+
+    @property
+    def keyword_names(self) -> tuple[frozenset[str], frozenset[str]] | None:
+        return _keyword_names(self.signature)
 
 
 @dataclass(slots=True)
@@ -117,6 +127,20 @@ class App:
         except KeyError:
             known = ", ".join(sorted(self.tasks)) or "none"
             raise UnknownTaskError(f"unknown task {name!r} (registered: {known})") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _keyword_names(
+    signature: inspect.Signature,
+) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(required, accepted) keyword names after the context parameter, or None when the
+    signature needs the general check (*args, **kwargs, positional-only parameters)."""
+    params = list(signature.parameters.values())[1:]
+    keyword_kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if not signature.parameters or any(p.kind not in keyword_kinds for p in params):
+        return None
+    required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+    return required, frozenset(p.name for p in params)
 
 
 def _make_task(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from arq import Worker, create_pool  # type: ignore[import-not-found]
@@ -138,7 +138,7 @@ async def hold_jobs(cfg: dict[str, Any]) -> None:
     await asyncio.Event().wait()
 
 
-MODES: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
+MODES: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, None]]] = {
     "enqueue": enqueue,
     "fill": fill,
     "produce": produce,

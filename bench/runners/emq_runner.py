@@ -73,6 +73,15 @@ async def produce(cfg: dict[str, Any]) -> None:
     emit("done")
 
 
+async def settled(worker: Worker, n: int) -> None:
+    """Until the worker has settled n jobs. The public API has no completion event, so this
+    polls the worker's own counter every half millisecond, once all n handlers have started."""
+    while True:
+        if worker.counters.completed >= n:
+            return
+        await anyio.sleep(COMPLETION_POLL_S)
+
+
 async def drain(cfg: dict[str, Any]) -> None:
     """Run until the n-th job is settled (the worker's own completion count), then report."""
     tally = Tally(cfg["n"])
@@ -84,8 +93,7 @@ async def drain(cfg: dict[str, Any]) -> None:
         await worker.ready.wait()
         emit("ready", **memory_kb())
         await all_started.wait()
-        while worker.counters.completed < tally.n:
-            await anyio.sleep(COMPLETION_POLL_S)
+        await settled(worker, tally.n)
         fields = tally.latency_fields() if tally.latencies_ms else {}
         emit("done", **tally.done_fields(worker.counters.completed), **fields)
         finish()

@@ -1,0 +1,216 @@
+"""`python -m bench [--quick] [--repeat N] [--only emq,arq,saq] [--scenarios ...] [--json PATH]`
+
+Starts its own redis-server, creates the peers' virtualenvs on first use, runs every selected
+scenario for every selected system (interleaved, repetition by repetition), prints a Markdown
+table of medians with emq-worker/peer ratios, and writes the raw numbers to a JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from bench import emq_only, scenarios
+from bench.harness import Harness
+from bench.peers import SYSTEMS, System, ensure_venv, versions
+from bench.pinning import pin_self, plan_cores
+from bench.plan import FULL, QUICK, SCENARIOS, Plan
+from bench.procs import REPO, BenchError
+from bench.report import Results, rows, table, write_json
+from bench.server import BenchRedis
+
+Measure = Callable[[Harness, System], None]
+EMQ_ONLY = ("renewal", "recovery")
+
+
+def measures(plan: Plan) -> dict[str, list[tuple[str, Measure]]]:
+    """Scenario name -> its measurements (a name for errors, and the function)."""
+    drains: dict[str, list[tuple[str, Measure]]] = {
+        task: [
+            (f"{task} c={c}", partial(scenarios.drain, task=task, concurrency=c))
+            for c in plan.concurrencies
+        ]
+        for task in ("noop", "sleep1ms")
+    }
+    return {
+        "enqueue": [("enqueue", scenarios.enqueue)],
+        "drain": drains["noop"],
+        "sleep": drains["sleep1ms"],
+        "latency": [("latency", scenarios.latency)],
+        "roundtrips": [("roundtrips", scenarios.roundtrips)],
+        "renewal": [("renewal", emq_only.renewal)],
+        "recovery": [("recovery", emq_only.recovery)],
+        "rss": [("rss", scenarios.rss)],
+    }
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small N, one repetition (< 60 s)")
+    parser.add_argument("--repeat", type=int, help="repetitions, median reported (full: 3)")
+    parser.add_argument("--only", default="emq,arq,saq", help="systems, e.g. emq,saq")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=",".join(SCENARIOS))
+    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "latest.json")
+    parser.add_argument("--uvloop", action="store_true", help="uvloop for every system")
+    parser.add_argument("--refresh-peers", action="store_true", help="rebuild the peer venvs")
+    args = parser.parse_args(argv)
+    for name in args.only.split(","):
+        if name not in SYSTEMS:
+            parser.error(f"--only: unknown system {name!r} (known: {', '.join(SYSTEMS)})")
+    for name in args.scenarios.split(","):
+        if name not in SCENARIOS:
+            parser.error(f"--scenarios: unknown {name!r} (known: {', '.join(SCENARIOS)})")
+    if args.repeat is not None and args.repeat < 1:
+        parser.error("--repeat must be >= 1")
+    return args
+
+
+def machine(redis: BenchRedis) -> dict[str, Any]:
+    model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "redis_version": redis.version(),
+        "commit": commit,
+    }
+
+
+def prepare(systems: list[System], uvloop: bool, refresh: bool) -> dict[str, Any]:
+    """Peer venvs (created when missing, timed) and every system's package versions."""
+    built: dict[str, float | None] = {}
+    for system in systems:
+        seconds = ensure_venv(system, uvloop=uvloop, refresh=refresh)
+        built[system.name] = seconds
+        if seconds is not None:
+            print(f"created {system.venv} in {seconds:.1f} s", file=sys.stderr)
+    found = {system.name: versions(system) for system in systems}
+    if uvloop:
+        missing = [s.label for s in systems if "uvloop" not in found[s.name]]
+        if missing:
+            raise BenchError(f"--uvloop: uvloop is not installed for {', '.join(missing)}")
+    return {"venv_build_s": built, "versions": found}
+
+
+def run(h: Harness, systems: list[System], selected: list[str]) -> None:
+    table_of = measures(h.plan)
+    for repetition in range(h.plan.repeat):
+        for scenario in selected:
+            for system in systems:
+                if scenario in EMQ_ONLY and system.name != "emq":
+                    continue
+                for name, measure in table_of[scenario]:
+                    begun = time.monotonic()
+                    try:
+                        measure(h, system)
+                    except BenchError as exc:
+                        h.results.error(system.name, name, str(exc))
+                        print(f"  {system.label} {name}: FAILED {exc}", file=sys.stderr)
+                        continue
+                    took = time.monotonic() - begun
+                    print(
+                        f"[{repetition + 1}/{h.plan.repeat}] {system.label} {name}: {took:.1f} s",
+                        file=sys.stderr,
+                    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    base = QUICK if args.quick else FULL
+    plan = base if args.repeat is None else _with_repeat(base, args.repeat)
+    systems = [SYSTEMS[name] for name in args.only.split(",")]
+    selected = [s for s in SCENARIOS if s in args.scenarios.split(",")]
+    cores = plan_cores()
+    pin_self(cores.driver)
+    started = time.monotonic()
+    prepared = prepare(systems, args.uvloop, args.refresh_peers)
+    results = Results()
+    with (
+        tempfile.TemporaryDirectory(prefix="emq-bench-") as tmp,
+        BenchRedis(Path(tmp) / "redis", cores.redis) as redis,
+    ):
+        logs = Path(tmp) / "logs"
+        logs.mkdir()
+        harness = Harness(redis, cores, plan, results, logs, args.uvloop)
+        run(harness, systems, selected)
+        info = machine(redis)
+    elapsed = time.monotonic() - started
+    labels = [(s.name, s.label) for s in systems]
+    markdown = table(results, plan, labels)
+    print(_preamble(plan, info, prepared, cores.enabled, args.uvloop, elapsed))
+    print(markdown)
+    if results.errors:
+        print("\nErrors:")
+        for error in results.errors:
+            print(f"- {error['system']} {error['scenario']}: {error['error']}")
+    write_json(
+        args.json,
+        {
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "machine": info,
+            **prepared,
+            "pinning": {"redis": cores.redis, "driver": cores.driver, "worker": cores.worker},
+            "event_loop": "uvloop" if args.uvloop else "asyncio",
+            "plan": dataclasses.asdict(plan),
+            "scenarios": selected,
+            "elapsed_s": round(elapsed, 1),
+            "median": results.medians(),
+            "runs": results.runs,
+            "notes": results.notes,
+            "errors": results.errors,
+            "table": markdown,
+            "rows": [row.metric for row in rows(plan)],
+        },
+    )
+    print(f"\nraw results: {args.json}", file=sys.stderr)
+    return 1 if results.errors else 0
+
+
+def _with_repeat(plan: Plan, repeat: int) -> Plan:
+    return dataclasses.replace(plan, repeat=repeat)
+
+
+def _preamble(
+    plan: Plan,
+    info: dict[str, Any],
+    prepared: dict[str, Any],
+    pinned: bool,
+    uvloop: bool,
+    elapsed: float,
+) -> str:
+    found = prepared["versions"]
+    peers = ", ".join(
+        f"{SYSTEMS[name].label} {v.get(SYSTEMS[name].packages[0], '?')}"
+        for name, v in found.items()
+    )
+    return (
+        f"\n{info['nproc']} cores ({info['cpu_model']}), Redis {info['redis_version']}, "
+        f"Python {info['python']}, {'uvloop' if uvloop else 'asyncio event loop'} everywhere; "
+        f"{'Redis + driver on core 0, worker on core 1' if pinned else 'no CPU pinning'}; "
+        f"median of {plan.repeat}; drains of {plan.drain_n} jobs; {peers}; "
+        f"took {elapsed:.0f} s.\n"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
