@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import importlib.util
 import os
 import platform
 import subprocess
@@ -62,7 +63,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only", default="emq,arq,saq", help="systems, e.g. emq,saq")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=",".join(SCENARIOS))
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "latest.json")
-    parser.add_argument("--uvloop", action="store_true", help="uvloop for every system")
+    parser.add_argument(
+        "--loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
+        help="event loop for every system alike; auto = uvloop when this venv has it "
+        "(as `emq-worker run` does), installing it into the peer venvs too",
+    )
     parser.add_argument("--refresh-peers", action="store_true", help="rebuild the peer venvs")
     args = parser.parse_args(argv)
     for name in args.only.split(","):
@@ -76,7 +83,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def machine(redis: BenchRedis) -> dict[str, Any]:
+def machine(redis: BenchRedis, nproc: int) -> dict[str, Any]:
     model = ""
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -87,7 +94,7 @@ def machine(redis: BenchRedis) -> dict[str, Any]:
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
     return {
-        "nproc": len(os.sched_getaffinity(0)),
+        "nproc": nproc,
         "cpu_model": model,
         "kernel": platform.release(),
         "python": platform.python_version(),
@@ -108,7 +115,7 @@ def prepare(systems: list[System], uvloop: bool, refresh: bool) -> dict[str, Any
     if uvloop:
         missing = [s.label for s in systems if "uvloop" not in found[s.name]]
         if missing:
-            raise BenchError(f"--uvloop: uvloop is not installed for {', '.join(missing)}")
+            raise BenchError(f"uvloop is not installed for {', '.join(missing)}")
     return {"venv_build_s": built, "versions": found}
 
 
@@ -140,10 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     plan = base if args.repeat is None else _with_repeat(base, args.repeat)
     systems = [SYSTEMS[name] for name in args.only.split(",")]
     selected = [s for s in SCENARIOS if s in args.scenarios.split(",")]
+    uvloop = args.loop == "uvloop" or (
+        args.loop == "auto" and importlib.util.find_spec("uvloop") is not None
+    )
     cores = plan_cores()
+    nproc = len(os.sched_getaffinity(0))
     pin_self(cores.driver)
     started = time.monotonic()
-    prepared = prepare(systems, args.uvloop, args.refresh_peers)
+    try:
+        prepared = prepare(systems, uvloop, args.refresh_peers)
+    except BenchError as exc:
+        print(f"python -m bench: {exc}", file=sys.stderr)
+        return 2
     results = Results()
     with (
         tempfile.TemporaryDirectory(prefix="emq-bench-") as tmp,
@@ -151,13 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     ):
         logs = Path(tmp) / "logs"
         logs.mkdir()
-        harness = Harness(redis, cores, plan, results, logs, args.uvloop)
+        harness = Harness(redis, cores, plan, results, logs, uvloop)
         run(harness, systems, selected)
-        info = machine(redis)
+        info = machine(redis, nproc)
     elapsed = time.monotonic() - started
     labels = [(s.name, s.label) for s in systems]
     markdown = table(results, plan, labels)
-    print(_preamble(plan, info, prepared, cores.enabled, args.uvloop, elapsed))
+    print(_preamble(plan, info, prepared, cores.enabled, uvloop, elapsed))
     print(markdown)
     if results.errors:
         print("\nErrors:")
@@ -170,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": info,
             **prepared,
             "pinning": {"redis": cores.redis, "driver": cores.driver, "worker": cores.worker},
-            "event_loop": "uvloop" if args.uvloop else "asyncio",
+            "event_loop": "uvloop" if uvloop else "asyncio",
             "plan": dataclasses.asdict(plan),
             "scenarios": selected,
             "elapsed_s": round(elapsed, 1),

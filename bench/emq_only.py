@@ -7,6 +7,8 @@ whose expiry is fixed at claim (job timeout + 10 s), and SAQ's per-job heartbeat
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any
 
@@ -15,7 +17,7 @@ import anyio
 from bench.harness import QUEUE, Harness
 from bench.monitor import Monitor, Seen
 from bench.peers import System
-from bench.procs import BenchError
+from bench.procs import BenchError, Proc
 from bench.scenarios import READY_TIMEOUT_S, drain_timeout
 from bench.server import delta
 from emq_worker import JobSpec, Producer
@@ -55,7 +57,9 @@ def _renewal(h: Harness, system: System, k: int) -> None:
         client.config_set("slowlog-log-slower-than", 0)
         client.slowlog_reset()
         before = h.redis.snapshot()
+        first = _sends(proc)
         time.sleep(plan.renew_window_s)
+        last = _sends(proc)
         after = h.redis.snapshot()
         entries = client.slowlog_get(SLOWLOG_LEN)
         client.config_set("slowlog-log-slower-than", SLOWLOG_DEFAULT_US)
@@ -70,14 +74,30 @@ def _renewal(h: Harness, system: System, k: int) -> None:
     per_tick = sum(ticks) / len(ticks) if ticks else None
     d = delta(before, after)
     h.record(system, f"{key}.calls_per_tick", per_tick)
-    h.record(system, f"{key}.round_trips_s", d.reads / d.seconds)
+    h.record(
+        system,
+        f"{key}.round_trips_s",
+        (last["count"] - first["count"]) / (last["at"] - first["at"]),
+    )
+    h.note(system, f"{key}.socket_reads_s", round(d.reads / d.seconds, 2))
     sweeps = len(renew_us) / per_tick if per_tick else 0
     h.record(system, f"{key}.sweep_ms", sum(renew_us) / 1000 / sweeps if sweeps else None)
     h.record(system, f"{key}.max_call_ms", max(renew_us) / 1000 if renew_us else None)
     h.record(system, f"{key}.redis_cmds_s", d.total_calls / d.seconds)
     h.note(system, f"{key}.redis_cpu_pct", round(d.cpu_s / d.seconds * 100, 2))
+    evalsha_calls = d.calls.get("evalsha", 0)
+    if evalsha_calls:
+        # Cross-check of the SLOWLOG timing: every evalsha in the window (renew, reap, promote).
+        mean_us = d.usec.get("evalsha", 0) / evalsha_calls
+        h.note(system, f"{key}.commandstats_evalsha_us_per_call", round(mean_us, 1))
     h.note(system, f"{key}.renew_calls_timed", len(renew_us))
     h.note(system, f"{key}.top_level_cmds_s", _top_level_rate(seen, plan.renew_window_s))
+
+
+def _sends(proc: Proc) -> dict[str, Any]:
+    """The requests the worker has sent so far (it reports on SIGUSR1)."""
+    os.kill(proc.pid, signal.SIGUSR1)
+    return proc.wait("sends", READY_TIMEOUT_S)
 
 
 def _is_call(entry: dict[str, Any], sha: str) -> bool:

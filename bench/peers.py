@@ -75,23 +75,32 @@ SYSTEMS = {
 
 
 def ensure_venv(system: System, *, uvloop: bool, refresh: bool) -> float | None:
-    """Create the peer's venv when needed; return the seconds it took, None when cached."""
+    """Create the peer's venv when needed (and add uvloop to it when asked for); return the
+    seconds that took, None when everything was there already."""
     if not system.is_peer:
         return None
-    wanted = "\n".join([*system.requirements, *(["uvloop"] if uvloop else [])]) + "\n"
+    wanted = "\n".join(system.requirements) + "\n"
     marker = system.venv / MARKER
-    if not refresh and marker.exists() and marker.read_text() == wanted:
-        return None
     begun = time.monotonic()
-    if system.venv.exists():
-        shutil.rmtree(system.venv)
-    _run([sys.executable, "-m", "venv", str(system.venv)], f"creating {system.venv}")
+    built = False
+    if refresh or not marker.exists() or marker.read_text() != wanted:
+        if system.venv.exists():
+            shutil.rmtree(system.venv)
+        _run([sys.executable, "-m", "venv", str(system.venv)], f"creating {system.venv}")
+        _pip(system, list(system.requirements))
+        marker.write_text(wanted)
+        built = True
+    if uvloop and "uvloop" not in versions(system):
+        _pip(system, ["uvloop"])
+        built = True
+    return time.monotonic() - begun if built else None
+
+
+def _pip(system: System, requirements: list[str]) -> None:
     _run(
-        [str(system.python), "-m", "pip", "install", "--quiet", *wanted.split()],
-        f"pip install {' '.join(wanted.split())} into {system.venv}",
+        [str(system.python), "-m", "pip", "install", "--quiet", *requirements],
+        f"pip install {' '.join(requirements)} into {system.venv}",
     )
-    marker.write_text(wanted)
-    return time.monotonic() - begun
 
 
 def versions(system: System) -> dict[str, str]:

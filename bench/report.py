@@ -72,7 +72,7 @@ def rows(plan: Plan) -> list[Row]:
                 Row(f"{key}.worker_cpu_ms", f"{what}: worker CPU ms/job", "lower"),
                 Row(f"{key}.redis_cpu_ms", f"{what}: Redis CPU ms/job", "lower"),
                 Row(f"{key}.redis_cmds", f"{what}: Redis commands/job (incl. Lua's)", "lower"),
-                Row(f"{key}.round_trips", f"{what}: round trips/job (socket reads)", "lower"),
+                Row(f"{key}.round_trips", f"{what}: worker round trips/job", "lower"),
             ]
     out += [
         Row("toplevel.cmds_per_job", "top-level commands/job (MONITOR, noop c=100)", "lower"),

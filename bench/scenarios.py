@@ -62,7 +62,11 @@ def drain(h: Harness, system: System, task: str, concurrency: int) -> None:
     h.record(system, f"{key}.worker_cpu_ms", done["cpu_s"] * 1000 / n)
     h.record(system, f"{key}.redis_cpu_ms", d.cpu_s * 1000 / n)
     h.record(system, f"{key}.redis_cmds", d.total_calls / n)
-    h.record(system, f"{key}.round_trips", d.reads / n)
+    h.record(system, f"{key}.round_trips", done["sends"] / n)
+    h.note(system, f"{key}.socket_reads_per_job", round(d.reads / n, 4))
+    elapsed = done["last_finish"] - done["first_start"]
+    h.note(system, f"{key}.worker_cpu_busy_pct", round(done["cpu_s"] / elapsed * 100, 1))
+    h.note(system, f"{key}.redis_cpu_busy_pct", round(d.cpu_s / d.seconds * 100, 1))
     top = dict(Counter(d.calls).most_common(12))
     h.note(system, f"{key}.commands", {k: round(v / n, 3) for k, v in top.items()})
 

@@ -19,6 +19,7 @@ from bench.runners.common import (
     Tally,
     concurrently,
     config,
+    count_sends,
     emit,
     exit_on_crash,
     finish,
@@ -150,6 +151,7 @@ MODES: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, None]]] = {
 def main() -> None:
     cfg = config()
     maybe_uvloop(cfg)
+    count_sends()
     asyncio.run(MODES[cfg["mode"]](cfg))
     finish()
 

@@ -55,6 +55,28 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[rank - 1]
 
 
+class Sends:
+    """Requests this process wrote to Redis: one per command sent alone, one per pipeline.
+
+    A request is one round trip. `count_sends()` installs the count on redis-py's asyncio
+    connection class, which all three systems use, so the same definition holds for each.
+    """
+
+    count = 0
+
+
+def count_sends() -> None:
+    from redis.asyncio.connection import AbstractConnection
+
+    original = AbstractConnection.send_packed_command
+
+    async def counted(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        Sends.count += 1
+        await original(self, command, check_health)
+
+    AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+
+
 @dataclass(slots=True)
 class Tally:
     """Counts handler starts and latency probes inside a worker process.
@@ -67,6 +89,7 @@ class Tally:
     started: int = 0
     first_start: float = 0.0
     cpu_at_first_start: float = 0.0
+    sends_at_first_start: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     on_all_started: Callable[[], None] | None = None
 
@@ -74,6 +97,7 @@ class Tally:
         if self.started == 0:
             self.first_start = time.time()
             self.cpu_at_first_start = cpu_seconds()
+            self.sends_at_first_start = Sends.count
         self.started += 1
         if self.started == self.n and self.on_all_started is not None:
             self.on_all_started()
@@ -89,6 +113,7 @@ class Tally:
             "first_start": self.first_start,
             "last_finish": time.time(),
             "cpu_s": cpu_seconds() - self.cpu_at_first_start,
+            "sends": Sends.count - self.sends_at_first_start,
         }
 
     def latency_fields(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,7 +13,17 @@ from typing import Any
 import anyio
 
 from bench.apps_emq import make_app
-from bench.runners.common import Tally, concurrently, config, emit, finish, memory_kb, paced
+from bench.runners.common import (
+    Sends,
+    Tally,
+    concurrently,
+    config,
+    count_sends,
+    emit,
+    finish,
+    memory_kb,
+    paced,
+)
 from emq_worker import JobSpec, Producer, Worker, WorkerSettings
 from emq_worker.log import configure
 
@@ -106,12 +117,19 @@ async def hold(cfg: dict[str, Any]) -> None:
     all_started = anyio.Event()
     tally.on_all_started = all_started.set
     async with anyio.create_task_group() as group:
+        group.start_soon(report_sends)
         group.start_soon(worker.run)
         await worker.ready.wait()
         emit("ready", **memory_kb())
         await all_started.wait()
         emit("held", **memory_kb())
-        await anyio.sleep_forever()
+
+
+async def report_sends() -> None:
+    """On each SIGUSR1, report the requests sent so far (the driver's window marks)."""
+    with anyio.open_signal_receiver(signal.SIGUSR1) as signals:
+        async for _ in signals:
+            emit("sends", count=Sends.count, at=time.time())
 
 
 MODES: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
@@ -126,6 +144,7 @@ MODES: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
 def main() -> None:
     cfg = config()
     configure("json", "warning")
+    count_sends()
     anyio.run(MODES[cfg["mode"]], cfg, backend_options={"use_uvloop": bool(cfg.get("uvloop"))})
     finish()
 
