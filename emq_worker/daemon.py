@@ -6,6 +6,7 @@ once and leaves held leases to the reaper. Signals are received in a task, never
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import signal
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from emq_worker.worker import Worker
 
 EXIT_OK = 0
 EXIT_FATAL = 1
+GC_YOUNG_THRESHOLD = 20_000
 
 
 @dataclass(slots=True)
@@ -71,7 +73,22 @@ def _sole_emq_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return group
 
 
+def tune_runtime() -> None:
+    """Process-wide settings for a long-running worker, applied once the app is imported.
+
+    Everything imported so far (the app, its libraries) is moved out of the collector's sight,
+    and the youngest generation is collected less often: a job makes a few short-lived
+    reference cycles (task, cancel scope, coroutine), and the default threshold of 700 spends
+    about a tenth of a busy worker's CPU collecting them.
+    """
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+
+
 def run(settings: WorkerSettings, app: App) -> int:
     """Run the daemon on asyncio, with uvloop's faster event loop where it is installed."""
+    tune_runtime()
     use_uvloop = importlib.util.find_spec("uvloop") is not None
     return anyio.run(serve, settings, app, backend_options={"use_uvloop": use_uvloop})

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from emq_worker.errors import ScriptError
 from emq_worker.protocol import JobId, Token
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
+class ClaimedJob(NamedTuple):
     queue: str
     id: JobId
     payload: bytes

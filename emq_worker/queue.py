@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from redis.asyncio import Redis
 
@@ -41,22 +41,19 @@ class NewJob:
     ms: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class HeldLease:
-    """What a renew or release needs to prove ownership of one lease."""
+class HeldLease(NamedTuple):
+    """What a renew, settle or release needs to prove ownership of one lease."""
 
     id: JobId
     token: Token
     nonce: str
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
+class Completion(NamedTuple):
     lease: HeldLease
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
+class Failure(NamedTuple):
     """Retry after `delay_ms` (0: at once), or dead once `max_attempts` are used (0: now)."""
 
     lease: HeldLease

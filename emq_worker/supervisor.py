@@ -12,13 +12,13 @@ import random
 from dataclasses import dataclass
 
 import anyio
-from anyio.abc import TaskGroup
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.clock import Clock
 from emq_worker.config import WorkerSettings
+from emq_worker.jobgroup import JobGroup
 from emq_worker.lease import Lease, LeaseBook, SlotSignal
 from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
@@ -75,7 +75,7 @@ class Supervisor:
         if self._park_scope is not None:
             self._park_scope.cancel()
 
-    async def run(self, jobs: TaskGroup) -> None:
+    async def run(self, jobs: JobGroup) -> None:
         """Beat until a stop is requested (or, in burst mode, until nothing is left)."""
         failures = 0
         while not self._stopping:
@@ -96,7 +96,7 @@ class Supervisor:
                 self.log.info("burst_done")
                 return
 
-    async def _cycle(self, jobs: TaskGroup) -> bool:
+    async def _cycle(self, jobs: JobGroup) -> bool:
         """One pass: the beat's reap and promote when due, a drain, and a park.
         Returns True when nothing is held, pending or scheduled."""
         now = self.clock.monotonic()
@@ -152,7 +152,7 @@ class Supervisor:
                 )
         self._next_due = None if soonest is None else self.clock.monotonic() + soonest / 1000
 
-    async def drain(self, jobs: TaskGroup) -> DrainResult:
+    async def drain(self, jobs: JobGroup) -> DrainResult:
         drained = DrainResult()
         deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
         for queue in self.queues:
@@ -170,7 +170,7 @@ class Supervisor:
                 for job in result.jobs:
                     lease = Lease(job=job, confirmed_at=claimed_at)
                     self.book.add(lease)
-                    jobs.start_soon(self.runner.run, lease)
+                    jobs.start(self.runner.run, lease)
                 self.counters.claimed += len(result.jobs)
                 drained.claimed += len(result.jobs)
                 if len(result.jobs) + result.phantoms < min(free, CLAIM_BATCH):

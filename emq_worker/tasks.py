@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import os
@@ -28,8 +27,13 @@ class Task:
     max_attempts: int | None = None
     backoff: Backoff | None = None
     timeout_ms: int | None = None
+    keyword_names: tuple[frozenset[str], frozenset[str]] | None = field(
+        init=False, repr=False, compare=False
+    )
+    """(required, accepted) kwargs names, for the cheap per-job check; None: use bind()."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "keyword_names", _keyword_names(self.signature))
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ConfigError(
                 f"task {self.name!r}: max_attempts must be >= 1; got {self.max_attempts}"
@@ -50,10 +54,6 @@ class Task:
             raise PayloadError(
                 f"kwargs do not fit task {self.name!r}{self.signature}: {exc}"
             ) from exc
-
-    @property
-    def keyword_names(self) -> tuple[frozenset[str], frozenset[str]] | None:
-        return _keyword_names(self.signature)
 
 
 @dataclass(slots=True)
@@ -129,7 +129,6 @@ class App:
             raise UnknownTaskError(f"unknown task {name!r} (registered: {known})") from None
 
 
-@functools.lru_cache(maxsize=1024)
 def _keyword_names(
     signature: inspect.Signature,
 ) -> tuple[frozenset[str], frozenset[str]] | None:

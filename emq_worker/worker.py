@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from emq_worker.clock import Clock, MonotonicClock
 from emq_worker.config import WorkerSettings
 from emq_worker.connection import connect
+from emq_worker.jobgroup import JobGroup
 from emq_worker.lease import LeaseBook, SlotSignal
 from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
@@ -137,13 +138,13 @@ class Worker:
             if settings.renew:
                 background.start_soon(parts.sweep.run)
             background.start_soon(parts.batcher.run)
-            async with anyio.create_task_group() as jobs:
+            async with JobGroup() as jobs:
                 await parts.supervisor.run(jobs)
                 if len(book):
                     self.log.info("draining", held=len(book), grace_ms=settings.grace_ms)
                 with anyio.move_on_after(settings.grace_ms / 1000):
                     await book.wait_empty()
-                jobs.cancel_scope.cancel()
+                jobs.cancel()
             with anyio.move_on_after(settings.settle_timeout_ms / 1000):
                 await book.wait_settled()
             await self._release(parts.queues, book)

@@ -25,6 +25,7 @@ from bench.runners.common import (
     paced,
 )
 from emq_worker import JobSpec, Producer, Worker, WorkerSettings
+from emq_worker.daemon import tune_runtime
 from emq_worker.log import configure
 
 COMPLETION_POLL_S = 0.0005
@@ -144,6 +145,7 @@ MODES: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
 def main() -> None:
     cfg = config()
     configure("json", "warning")
+    tune_runtime()  # as `emq-worker run` does
     count_sends()
     anyio.run(MODES[cfg["mode"]], cfg, backend_options={"use_uvloop": bool(cfg.get("uvloop"))})
     finish()
