@@ -26,16 +26,15 @@ def _pick_loads() -> Callable[[bytes], Any]:
 _loads = _pick_loads()
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""Built once: json.dumps with any non-default option builds a new encoder on every call."""
+
+
 def encode(task: str, kwargs: Mapping[str, Any] | None = None) -> bytes:
     if not isinstance(task, str) or not task:
         raise PayloadError(f"task name must be a non-empty string; got {task!r}")
     try:
-        return json.dumps(
-            {"task": task, "kwargs": dict(kwargs or {})},
-            separators=(",", ":"),
-            ensure_ascii=False,
-            allow_nan=False,
-        ).encode()
+        return _ENCODER.encode({"task": task, "kwargs": dict(kwargs or {})}).encode()
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"kwargs of task {task!r} are not JSON-serialisable: {exc}") from exc
 

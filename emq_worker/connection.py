@@ -14,6 +14,9 @@ from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool
 from redis.connection import HiredisRespSerializer
 from redis.utils import HIREDIS_AVAILABLE
 
+if HIREDIS_AVAILABLE:
+    import hiredis
+
 from emq_worker.errors import ConfigError, VersionFenceError
 from emq_worker.keys import VERSION_KEY
 
@@ -93,6 +96,15 @@ class _HiredisPack:
     _serializer = HiredisRespSerializer()
 
     def pack_command(self, *args: Any) -> list[bytes]:
+        command = args[0]
+        if (" " if isinstance(command, str) else b" ") in command:
+            return self._general(*args)  # "SCRIPT LOAD" and the like: redis-py splits them
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError:
+            return self._general(*args)  # a memoryview or bytearray argument
+
+    def _general(self, *args: Any) -> list[bytes]:
         packed: list[bytes] = self._serializer.pack(*args)
         return packed
 

@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio.from_thread
 from redis.asyncio import Redis
@@ -39,8 +39,7 @@ class JobSpec:
     job_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Enqueued:
+class Enqueued(NamedTuple):
     job_id: JobId
     duplicate: bool
     """True when a job with this (caller-chosen) id already existed; the original is kept."""
@@ -122,7 +121,7 @@ class Producer:
         """Enqueue all of `specs` in one script call (one round trip), all or none."""
         jobs = [self._new_job(spec) for spec in specs]
         chosen = [spec.job_id is not None for spec in specs]
-        results: list[Enqueued] = [Enqueued(job.id, False) for job in jobs]
+        results: list[Enqueued | None] = [None] * len(jobs)
         todo = list(range(len(jobs)))
         for _ in range(MAX_REMINTS + 1):
             flags = await self.queue(queue).enqueue([jobs[i] for i in todo])
@@ -138,7 +137,7 @@ class Producer:
                     )
                     retry.append(i)
             if not retry:
-                return results
+                return [result for result in results if result is not None]
             todo = retry
         raise ConfigError(
             f"minted job ids kept colliding; is another producer using node_id "

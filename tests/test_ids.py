@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from emq_worker import ids
@@ -57,3 +59,18 @@ def test_a_burst_beyond_4096_per_ms_borrows_from_the_next_ms() -> None:
 def test_node_id_out_of_range_is_named() -> None:
     with pytest.raises(ConfigError, match="got 1024"):
         ids.SnowflakeMinter(node_id=1024)
+
+
+def test_encoding_matches_plain_base62_across_the_range() -> None:
+    def plain(value: int) -> str:
+        digits = ""
+        while value:
+            value, digit = divmod(value, 62)
+            digits = ids.ALPHABET[digit] + digits
+        return digits.rjust(ids.WIDTH, "0")
+
+    rng = random.Random(7)
+    edges = [0, 1, 61, 62, 62**5 - 1, 62**5, 62**6 - 1, 62**6, ids.MAX_SNOWFLAKE]
+    values = edges + [rng.randrange(ids.MAX_SNOWFLAKE + 1) for _ in range(20_000)]
+    values += [values[-1] + i for i in range(1, 100)]  # runs that share their high digits
+    assert [ids.encode_base62(v) for v in values] == [plain(v) for v in values]

@@ -20,7 +20,7 @@ for i = 2, #ARGV, 4 do
     return redis.error_reply('EMQKIND job id must be JOB-namespaced: ' .. ARGV[i])
   end
 end
-local replies, ready = {}, 0
+local replies, ready = {}, {}
 local now = nil
 for i = 2, #ARGV, 4 do
   local id, payload, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -29,8 +29,8 @@ for i = 2, #ARGV, 4 do
     replies[#replies + 1] = 0
   elseif mode == 'now' then
     redis.call('HSET', row, 'state', 'pending', 'attempts', '0', 'payload', payload)
-    redis.call('ZADD', KEYS[1], 0, id)
-    ready = ready + 1
+    ready[#ready + 1] = 0
+    ready[#ready + 1] = id
     replies[#replies + 1] = 1
   else
     local at = tonumber(ARGV[i + 3])
@@ -43,5 +43,9 @@ for i = 2, #ARGV, 4 do
     replies[#replies + 1] = 1
   end
 end
-wake(KEYS[3], ready)
+-- One ZADD per 500 ready jobs rather than one per job (unpack() has a stack limit).
+for first = 1, #ready, 1000 do
+  redis.call('ZADD', KEYS[1], unpack(ready, first, math.min(first + 999, #ready)))
+end
+wake(KEYS[3], #ready / 2)
 return replies

@@ -1,4 +1,4 @@
--- renew: extend the leases a worker holds on one queue. The worker sends one call per 200 leases,
+-- renew: extend the leases a worker holds on one queue. The worker sends one call per 100 leases,
 -- all in one pipeline: one round trip per tick, and no call holds the server for long.
 --
 -- KEYS[1] = emq:{q}:active
