@@ -1,4 +1,4 @@
-"""Held leases: what the worker owns right now, and the cancel scope of the job under each.
+"""Held leases: what the worker owns right now, and the task of the job running under each.
 
 A lease is confirmed when a claim or a renewal sweep that covered it was sent; if no sweep has
 confirmed it for a whole lease (by the worker's monotonic clock), the server has given it away
@@ -7,8 +7,9 @@ and the worker stops that job itself.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 
@@ -22,7 +23,8 @@ class Lease:
     job: ClaimedJob
     confirmed_at: float
     """Monotonic time at which the last claim or renewal covering this lease was sent."""
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    task: asyncio.Task[None] | None = None
+    """The job's task once it runs: a lost lease cancels exactly this task."""
     lost: bool = False
     settling: bool = False
     """The handler has returned and its outcome is being written; that write's own reply,
@@ -35,7 +37,8 @@ class Lease:
     def lose(self) -> None:
         """Stop the job at once; its late result will never be written."""
         self.lost = True
-        self.scope.cancel()
+        if self.task is not None:
+            self.task.cancel()
 
 
 class LeaseBook:

@@ -1,13 +1,13 @@
 """Runs one claimed job: decode, call the handler under its timeout, hand the outcome over.
 
-A handler's exception becomes a failure; it never escapes into the job group. The job's lease
-carries its cancel scope: a lost lease cancels it, and its late result is never written. The
-same scope carries the handler's timeout. Outcomes go to the settle batcher, which writes them
-fenced and shielded from the job group's cancellation.
+A handler's exception becomes a failure; it never escapes into the job group. The job's task is
+registered with its lease: a lost lease cancels it, and its late result is never written. The
+outcome goes to the settle batcher, which writes it fenced, outside the job's task.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import random
 from dataclasses import dataclass
@@ -51,6 +51,9 @@ class JobRunner:
         self.log = get_logger()
 
     async def run(self, lease: Lease) -> None:
+        lease.task = asyncio.current_task()
+        if lease.lost:
+            return  # lost before it started: nothing ran, nothing to write
         job = lease.job
         try:
             call = self._prepare(job)
@@ -59,7 +62,7 @@ class JobRunner:
             self.batcher.submit(lease, Failure(lease.held, 0, 0, str(exc)), "")
             return
         outcome = await self._call(lease, call)
-        if lease.lost:
+        if outcome is None or lease.lost:  # lost: even if the handler swallowed its cancellation
             self.log.info(
                 "job_abandoned",
                 queue=job.queue,
@@ -80,13 +83,13 @@ class JobRunner:
         task.check_kwargs(ctx, kwargs)
         return Call(task, ctx, kwargs)
 
-    async def _call(self, lease: Lease, call: Call) -> Outcome:
+    async def _call(self, lease: Lease, call: Call) -> Outcome | None:
+        """The handler's outcome, or None when the lease was lost while it ran."""
         task = call.task
         timeout_ms = task.timeout_ms or self.settings.job_timeout_ms
-        scope = lease.scope
-        scope.deadline = anyio.current_time() + timeout_ms / 1000
+        timer = asyncio.timeout(timeout_ms / 1000)
         try:
-            with scope:
+            async with timer:
                 if task.is_async:
                     await task.fn(call.ctx, **call.kwargs)
                 else:
@@ -95,10 +98,17 @@ class JobRunner:
                         abandon_on_cancel=True,
                         limiter=self.threads,
                     )
+        except asyncio.CancelledError:
+            if not lease.lost:
+                raise  # the worker is stopping: the lease is handed back, not settled
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            return None
         except Exception as exc:
+            if timer.expired():
+                return self._failure(lease, task, f"timed out after {timeout_ms} ms")
             return self._failure(lease, task, f"{type(exc).__name__}: {exc}")
-        if scope.cancelled_caught and not lease.lost:
-            return self._failure(lease, task, f"timed out after {timeout_ms} ms")
         return Completion(lease.held)
 
     def _failure(self, lease: Lease, task: Task, error: str) -> Failure:
