@@ -78,7 +78,7 @@ def tune_runtime() -> None:
 
     Everything imported so far (the app, its libraries) is moved out of the collector's sight,
     and the youngest generation is collected less often: a job makes a few short-lived
-    reference cycles (task, cancel scope, coroutine), and the default threshold of 700 spends
+    reference cycles (task, coroutine, timeout handle), and the default threshold of 700 spends
     about a tenth of a busy worker's CPU collecting them.
     """
     gc.collect()

@@ -5,7 +5,7 @@ anyio's general one costs about a third of a no-op job's CPU: leaving the `async
 every job; `cancel()` cancels them all; a job task that ends in an exception (a bug: handlers'
 exceptions are caught by the runner) cancels the others and is raised when the group exits; and
 a cancellation of the code that owns the group cancels the jobs and waits for them before it
-propagates. Each job still runs under its own anyio cancel scope (its lease).
+propagates. A lost lease cancels exactly its own job's task (see lease.py).
 """
 
 from __future__ import annotations

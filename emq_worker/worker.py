@@ -1,6 +1,6 @@
 """The Worker: wires the supervisor, the renewal sweep and the job runner together and runs them
-as one structured unit: a root task group holds the renewal sweep and the supervisor; the
-supervisor owns the task group of jobs.
+as one structured unit: a root task group holds the renewal sweep and the settle batcher; the
+supervisor runs beside them and fills the job group (one task per job).
 
 Shutdown: stop claiming, let running jobs finish within the grace period while renewal keeps their
 leases alive, then hand what is still held back to pending at once (fenced) and return.
