@@ -6,12 +6,13 @@ printing one JSON object per line on stdout: `{"event": "...", ...}`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,3 +176,38 @@ def maybe_uvloop(cfg: dict[str, Any]) -> None:
         import uvloop  # type: ignore[import-not-found,unused-ignore]
 
         uvloop.install()
+
+
+StartWorker = Callable[[dict[str, Any], int], Coroutine[Any, Any, tuple[Any, Any, Any]]]
+"""A peer runner's `start_worker(cfg, n)`: (worker, all_started event, all_done event)."""
+
+
+async def drain_with(
+    start_worker: StartWorker, completed: Callable[[Any], int], tally: Any, cfg: dict[str, Any]
+) -> None:
+    """Drain cfg["n"] jobs with a peer's worker and report the tally."""
+    worker, all_started, all_done = await start_worker(cfg, cfg["n"])
+    emit("ready", **memory_kb())
+    await all_started.wait()
+    await all_done.wait()
+    fields = tally.latency_fields() if tally.latencies_ms else {}
+    emit("done", **tally.done_fields(completed(worker)), **fields)
+    finish()
+
+
+async def hold_with(start_worker: StartWorker, cfg: dict[str, Any]) -> None:
+    """Hold cfg["k"] long jobs; report RSS once all run, then keep holding until killed."""
+    _, all_started, _ = await start_worker(cfg, cfg["k"])
+    emit("ready", **memory_kb())
+    await all_started.wait()
+    emit("held", **memory_kb())
+    await asyncio.Event().wait()
+
+
+def run_peer(modes: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, None]]]) -> None:
+    """A peer runner's main: read the config, run the mode it names."""
+    cfg = config()
+    maybe_uvloop(cfg)
+    count_sends()
+    asyncio.run(modes[cfg["mode"]](cfg))
+    finish()

@@ -17,14 +17,12 @@ from saq import Queue, Worker  # type: ignore[import-not-found]
 from bench.runners.common import (
     Tally,
     concurrently,
-    config,
-    count_sends,
+    drain_with,
     emit,
     exit_on_crash,
-    finish,
-    maybe_uvloop,
-    memory_kb,
+    hold_with,
     paced,
+    run_peer,
 )
 
 TALLY = Tally(n=0)
@@ -122,21 +120,11 @@ async def start_worker(cfg: dict[str, Any], n: int) -> tuple[Any, asyncio.Event,
 
 
 async def drain(cfg: dict[str, Any]) -> None:
-    worker, all_started, all_done = await start_worker(cfg, cfg["n"])
-    emit("ready", **memory_kb())
-    await all_started.wait()
-    await all_done.wait()
-    fields = TALLY.latency_fields() if TALLY.latencies_ms else {}
-    emit("done", **TALLY.done_fields(worker.queue.complete), **fields)
-    finish()
+    await drain_with(start_worker, lambda worker: worker.queue.complete, TALLY, cfg)
 
 
 async def hold_jobs(cfg: dict[str, Any]) -> None:
-    _, all_started, _ = await start_worker(cfg, cfg["k"])
-    emit("ready", **memory_kb())
-    await all_started.wait()
-    emit("held", **memory_kb())
-    await asyncio.Event().wait()
+    await hold_with(start_worker, cfg)
 
 
 MODES: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, None]]] = {
@@ -149,11 +137,7 @@ MODES: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, None]]] = {
 
 
 def main() -> None:
-    cfg = config()
-    maybe_uvloop(cfg)
-    count_sends()
-    asyncio.run(MODES[cfg["mode"]](cfg))
-    finish()
+    run_peer(MODES)
 
 
 if __name__ == "__main__":
