@@ -9,39 +9,16 @@ from typing import Any
 import anyio
 import click
 
-from emq_worker import daemon, log
-from emq_worker.config import DEFAULT_URL, WorkerSettings
+from emq_worker import admin_cli, daemon, log
+from emq_worker.cli_options import redis_url_option, split_queues, wire_version_option
+from emq_worker.config import WorkerSettings
 from emq_worker.errors import EmqError
 from emq_worker.ids import DEFAULT_NODE_ID
 from emq_worker.producer import Producer
-from emq_worker.protocol import DEFAULT_WIRE_VERSION
 from emq_worker.retry import format_backoff, parse_backoff
 from emq_worker.tasks import load_app
 
 DEFAULTS = WorkerSettings(queues=("default",))
-
-
-def _split_queues(values: tuple[str, ...]) -> tuple[str, ...]:
-    """`--queue a --queue b`, or EMQ_QUEUES="a,b" / "a b"."""
-    return tuple(q for value in values for q in value.replace(",", " ").split())
-
-
-redis_url_option = click.option(
-    "--redis-url",
-    show_envvar=True,
-    envvar="EMQ_REDIS_URL",
-    default=DEFAULT_URL,
-    show_default=True,
-    help="redis://, rediss:// (TLS) or unix:// URL. Put passwords here via the environment.",
-)
-wire_version_option = click.option(
-    "--wire-version",
-    show_envvar=True,
-    envvar="EMQ_WIRE_VERSION",
-    default=DEFAULT_WIRE_VERSION,
-    show_default=True,
-    help="The {emq}:version this process speaks; a mismatch refuses to start.",
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -197,7 +174,7 @@ def run(
     """Run the worker daemon on one or more queues."""
     try:
         settings = WorkerSettings(
-            queues=_split_queues(queues),
+            queues=split_queues(queues),
             redis_url=redis_url,
             concurrency=concurrency,
             lease_ms=lease_ms,
@@ -273,3 +250,10 @@ def enqueue(
         click.echo(anyio.run(send))
     except EmqError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+# --- admin: the verbs operators reach for (logic in emq_worker.admin) ----------------------
+
+
+for _command in admin_cli.COMMANDS:
+    main.add_command(_command)

@@ -1,0 +1,401 @@
+"""Operator verbs: stats, inspect, dead-letter handling, pause/resume, remove.
+
+Small async functions over a client, composed from the queue verbs; the CLI parses options, calls
+one of these and prints what it returns (`render_*` below). Nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from emq_worker.errors import EmqError, LockedError, StateError
+from emq_worker.keys import QueueKeys, validate_queue_name
+from emq_worker.outcomes import text
+from emq_worker.protocol import Field, JobId, JobState
+from emq_worker.queue import Counts, Queue
+from emq_worker.scripts import Scripts
+
+SCAN_COUNT = 1000
+"""COUNT hint of each SCAN call."""
+SCAN_BUDGET = 10_000
+"""Discovery stops after about this many keys examined (SCAN_BUDGET // SCAN_COUNT calls)."""
+DEAD_PAGE = 1000
+PAYLOAD_SHOWN = 2000
+"""Characters of a payload `inspect` shows; the rest is summarised."""
+ERROR_SHOWN = 200
+"""Characters of a last_error `dead list` shows in its table (JSON has all of it)."""
+COUNT_FIELDS = ("pending", "active", "scheduled", "dead", "completed", "failed")
+
+
+class AdminError(EmqError):
+    """An admin verb cannot do what was asked; the message names the queue and job."""
+
+
+class UnknownQueueError(AdminError, LookupError):
+    def __init__(self, queue: str, *, certain: bool = True) -> None:
+        prefix = QueueKeys.of(queue).prefix
+        where = f"no keys under {prefix}" if certain else f"none of its sets under {prefix}"
+        super().__init__(f"no such queue {queue!r} ({where})")
+
+
+class UnknownJobError(AdminError, LookupError):
+    def __init__(self, queue: str, job_id: str) -> None:
+        super().__init__(f"no job {job_id} in queue {queue!r}")
+
+
+class JobHeldError(AdminError):
+    def __init__(self, queue: str, job_id: str) -> None:
+        super().__init__(
+            f"job {job_id} in queue {queue!r} is held by a worker (EMQLOCK); "
+            "retry once it settles or its lease lapses"
+        )
+
+
+# --- queues -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    queues: tuple[str, ...]
+    complete: bool
+    """False when the scan stopped at its budget: there may be more queues."""
+    scan_calls: int
+
+
+def queue_of_key(key: bytes | str) -> str | None:
+    """The queue `q` of a key `emq:{q}:...`, or None for any other key."""
+    name = text(key)
+    end = name.find("}:", 5)
+    if not name.startswith("emq:{") or end < 0:
+        return None
+    try:
+        return validate_queue_name(name[5:end])
+    except EmqError:
+        return None
+
+
+async def discover_queues(
+    client: Redis, *, budget: int = SCAN_BUDGET, count: int = SCAN_COUNT
+) -> Discovery:
+    """Queue names found by a bounded `SCAN MATCH emq:{*}:*`, sorted and de-duplicated."""
+    found: set[str] = set()
+    cursor, calls = 0, 0
+    while calls * count < budget:
+        cursor, keys = await client.scan(cursor, match="emq:{*}:*", count=count)
+        calls += 1
+        found.update(q for q in map(queue_of_key, keys) if q is not None)
+        if cursor == 0:
+            return Discovery(tuple(sorted(found)), True, calls)
+    return Discovery(tuple(sorted(found)), False, calls)
+
+
+async def open_queue(client: Redis, scripts: Scripts, name: str) -> Queue:
+    """The queue `name`, or UnknownQueueError when it has no keys (QueueNameError when the name
+    is illegal, before any key is built)."""
+    queue = Queue(client, scripts, name)
+    k = queue.keys
+    if await client.exists(k.pending, k.active, k.schedule, k.dead, k.meta, k.completed, k.failed):
+        return queue
+    # Only job rows left (state "unknown")? Look for any key under the prefix, within a budget.
+    cursor, calls = 0, 0
+    while calls * SCAN_COUNT < SCAN_BUDGET:
+        cursor, keys = await client.scan(cursor, match=k.prefix + "*", count=SCAN_COUNT)
+        calls += 1
+        if keys:
+            return queue
+        if cursor == 0:
+            raise UnknownQueueError(name)
+    raise UnknownQueueError(name, certain=False)
+
+
+# --- stats --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    paused: bool
+    counts: Counts
+
+    def as_dict(self) -> dict[str, Any]:
+        values = {name: getattr(self.counts, name) for name in COUNT_FIELDS}
+        return {"queue": self.queue, "paused": self.paused, **values}
+
+
+async def queue_stats(queue: Queue) -> QueueStats:
+    counts = await queue.counts()
+    paused = bool(await queue.client.hexists(queue.keys.meta, "paused"))
+    return QueueStats(queue.name, paused, counts)
+
+
+async def stats(
+    client: Redis, scripts: Scripts, names: Sequence[str]
+) -> tuple[list[QueueStats], Discovery | None]:
+    """Stats of the named queues (each must exist), or of every queue discovery finds."""
+    if names:
+        queues = [await open_queue(client, scripts, name) for name in names]
+        found = None
+    else:
+        found = await discover_queues(client)
+        queues = [Queue(client, scripts, name) for name in found.queues]
+    return [await queue_stats(queue) for queue in queues], found
+
+
+# --- inspect ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Inspection:
+    queue: str
+    job_id: JobId
+    where: str
+    """pending, active, scheduled, dead, or unknown (a row in none of the sets)."""
+    row: dict[str, str]
+    """Every field but the payload."""
+    payload: str
+    payload_bytes: int
+    server_now_ms: int
+    lease_deadline_ms: int | None = None
+    lock_value: str | None = None
+    lock_ttl_ms: int | None = None
+    scheduled_at_ms: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        shown = self.payload[:PAYLOAD_SHOWN]
+        return {
+            "queue": self.queue,
+            "job_id": self.job_id,
+            "where": self.where,
+            "row": self.row,
+            "payload": shown,
+            "payload_bytes": self.payload_bytes,
+            "payload_truncated": len(shown) < len(self.payload),
+            "server_now_ms": self.server_now_ms,
+            "lease_deadline_ms": self.lease_deadline_ms,
+            "lock_value": self.lock_value,
+            "lock_ttl_ms": self.lock_ttl_ms,
+            "scheduled_at_ms": self.scheduled_at_ms,
+        }
+
+
+def _ms(score: Any) -> int | None:
+    return None if score is None else int(score)
+
+
+async def inspect_job(queue: Queue, job_id: JobId) -> Inspection:
+    """Row, place, lease and lock of one job (a few reads, not one snapshot)."""
+    row = await queue.get_job(job_id)
+    if row is None:
+        raise UnknownJobError(queue.name, job_id)
+    where = await queue.state_of(job_id)
+    k = queue.keys
+    async with queue.client.pipeline(transaction=False) as pipe:
+        pipe.time()
+        pipe.zscore(k.active, job_id)
+        pipe.zscore(k.schedule, job_id)
+        pipe.get(k.lock(job_id))
+        pipe.pttl(k.lock(job_id))
+        pipe.hstrlen(k.job(job_id), Field.PAYLOAD)
+        (sec, usec), deadline, run_at, lock, ttl, size = await pipe.execute()
+    payload = row.pop(Field.PAYLOAD, "")
+    return Inspection(
+        queue=queue.name,
+        job_id=job_id,
+        where=where,
+        row=row,
+        payload=payload,
+        payload_bytes=int(size),
+        server_now_ms=int(sec) * 1000 + int(usec) // 1000,
+        lease_deadline_ms=_ms(deadline),
+        lock_value=None if lock is None else text(lock),
+        lock_ttl_ms=int(ttl) if lock is not None and int(ttl) >= 0 else None,
+        scheduled_at_ms=_ms(run_at),
+    )
+
+
+# --- dead ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeadJob:
+    id: JobId
+    attempts: int
+    last_error: str
+
+
+async def list_dead(queue: Queue, limit: int) -> list[DeadJob]:
+    """The first `limit` dead jobs in mint order (every score is 0, so lex order is mint order)."""
+    ids = [JobId(text(m)) for m in await queue.client.zrange(queue.keys.dead, 0, limit - 1)]
+    async with queue.client.pipeline(transaction=False) as pipe:
+        for job_id in ids:
+            pipe.hmget(queue.keys.job(job_id), Field.ATTEMPTS, Field.LAST_ERROR)
+        rows = await pipe.execute()
+    return [
+        DeadJob(job_id, int(attempts or 0), "" if error is None else text(error))
+        for job_id, (attempts, error) in zip(ids, rows, strict=True)
+    ]
+
+
+async def dead_pages(queue: Queue, page: int = DEAD_PAGE) -> AsyncIterator[list[JobId]]:
+    """Every dead id once, in pages by lex order, each page after the last id seen: a job that
+    dies again while this runs is not visited twice."""
+    after = "-"
+    while True:
+        members = await queue.client.zrangebylex(queue.keys.dead, after, "+", 0, page)
+        if not members:
+            return
+        ids = [JobId(text(m)) for m in members]
+        yield ids
+        after = "(" + ids[-1]
+
+
+@dataclass(slots=True)
+class BulkResult:
+    done: int = 0
+    skipped: list[tuple[JobId, str]] = field(default_factory=list)
+    """(job id, why) for each named job left alone."""
+
+
+async def _retry_one(queue: Queue, job_id: JobId, result: BulkResult) -> None:
+    try:
+        if await queue.reprocess(job_id):
+            result.done += 1
+        else:
+            result.skipped.append((job_id, "absent"))
+    except StateError:
+        result.skipped.append((job_id, f"not dead ({await queue.state_of(job_id)})"))
+
+
+async def _purge_one(queue: Queue, job_id: JobId, result: BulkResult) -> None:
+    where = await queue.state_of(job_id)
+    if where != JobState.DEAD:
+        result.skipped.append((job_id, "absent" if where == "absent" else f"not dead ({where})"))
+        return
+    try:
+        if await queue.remove(job_id):
+            result.done += 1
+        else:
+            result.skipped.append((job_id, "absent"))
+    except LockedError:
+        result.skipped.append((job_id, "held by a worker (EMQLOCK)"))
+
+
+async def retry_dead(queue: Queue, ids: Sequence[JobId] | None) -> BulkResult:
+    """Reprocess the named dead jobs, or every dead job when `ids` is None."""
+    result = BulkResult()
+    if ids is not None:
+        for job_id in ids:
+            await _retry_one(queue, job_id, result)
+        return result
+    async for page in dead_pages(queue):
+        for job_id in page:
+            await _retry_one(queue, job_id, result)
+    result.skipped.clear()  # with --all, a job reprocessed by someone else is not news
+    return result
+
+
+async def purge_dead(queue: Queue, ids: Sequence[JobId] | None) -> BulkResult:
+    """Delete the named dead jobs (row, subkeys, set member), or every dead job when `ids` is
+    None, each through the remove script (which refuses a held job)."""
+    result = BulkResult()
+    if ids is not None:
+        for job_id in ids:
+            await _purge_one(queue, job_id, result)
+        return result
+    async for page in dead_pages(queue):
+        for job_id in page:
+            await _purge_one(queue, job_id, result)
+    result.skipped = [(i, why) for i, why in result.skipped if why != "absent"]
+    return result
+
+
+# --- pause, resume, remove ----------------------------------------------------------------
+
+
+async def set_paused(queue: Queue, paused: bool) -> bool:
+    """Pause or resume; returns whether the queue was paused before."""
+    was = bool(await queue.client.hexists(queue.keys.meta, "paused"))
+    await (queue.pause() if paused else queue.resume())
+    return was
+
+
+async def remove_job(queue: Queue, job_id: JobId) -> None:
+    try:
+        removed = await queue.remove(job_id)
+    except LockedError as exc:
+        raise JobHeldError(queue.name, job_id) from exc
+    if not removed:
+        raise UnknownJobError(queue.name, job_id)
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+
+def escape(value: str) -> str:
+    """Printable text: control and other non-printable characters become \\x / \\u escapes, so
+    a payload cannot drive the terminal."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in header], *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def render_stats(stats: Sequence[QueueStats], discovery: Discovery | None) -> str:
+    rows = [
+        [s.queue, "yes" if s.paused else "no", *(getattr(s.counts, f) for f in COUNT_FIELDS)]
+        for s in stats
+    ]
+    lines = [table(["queue", "paused", *COUNT_FIELDS], rows)] if rows else ["no queues found"]
+    if discovery is not None and not discovery.complete:
+        lines.append(
+            f"(queue scan cut short after {discovery.scan_calls} SCAN calls of COUNT "
+            f"{SCAN_COUNT}; there may be more queues: name them with --queue)"
+        )
+    return "\n".join(lines)
+
+
+def _when(ms: int, now_ms: int) -> str:
+    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+    stamp = stamp.replace("+00:00", "Z")
+    delta = (ms - now_ms) / 1000
+    return f"{stamp} ({'in ' if delta >= 0 else ''}{abs(delta):.1f} s{' ago' if delta < 0 else ''})"
+
+
+def render_inspection(job: Inspection) -> str:
+    lines = [("job", job.job_id), ("queue", job.queue), ("where", job.where)]
+    known = [f for f in Field if f in job.row]
+    fields = [*known, *sorted(set(job.row) - set(known))]
+    lines += [(name, escape(job.row[name])) for name in fields]
+    if job.lease_deadline_ms is not None:
+        lines.append(("lease", "deadline " + _when(job.lease_deadline_ms, job.server_now_ms)))
+    if job.lock_value is not None:
+        ttl = "no TTL" if job.lock_ttl_ms is None else f"ttl {job.lock_ttl_ms / 1000:.1f} s"
+        lines.append(("lock", f"{escape(job.lock_value)} ({ttl})"))
+    if job.scheduled_at_ms is not None:
+        lines.append(("scheduled", _when(job.scheduled_at_ms, job.server_now_ms)))
+    shown = escape(job.payload[:PAYLOAD_SHOWN])
+    if len(job.payload) > PAYLOAD_SHOWN:
+        shown += f" ... ({job.payload_bytes} bytes in all)"
+    lines.append(("payload", shown))
+    width = max(len(name) for name, _ in lines)
+    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in lines)
+
+
+def render_dead(queue: str, total: int, jobs: Sequence[DeadJob]) -> str:
+    if not jobs:
+        return f"no dead jobs in queue {queue!r}"
+    rows = [[j.id, j.attempts, escape(j.last_error[:ERROR_SHOWN])] for j in jobs]
+    more = f" (showing the first {len(jobs)})" if len(jobs) < total else ""
+    return f"{total} dead in queue {queue!r}{more}\n" + table(
+        ["id", "attempts", "last_error"], rows
+    )
