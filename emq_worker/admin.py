@@ -277,12 +277,14 @@ async def _purge_one(queue: Queue, job_id: JobId, result: BulkResult) -> None:
         result.skipped.append((job_id, "absent" if where == "absent" else f"not dead ({where})"))
         return
     try:
-        if await queue.remove(job_id):
+        if await queue.remove(job_id, only_dead=True):
             result.done += 1
         else:
             result.skipped.append((job_id, "absent"))
     except LockedError:
         result.skipped.append((job_id, "held by a worker (EMQLOCK)"))
+    except StateError:  # reprocessed between the look and the purge: leave it be
+        result.skipped.append((job_id, "not dead any more"))
 
 
 async def retry_dead(queue: Queue, ids: Sequence[JobId] | None) -> BulkResult:

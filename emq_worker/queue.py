@@ -197,14 +197,15 @@ class Queue:
         )
         return promote_result(reply)
 
-    async def remove(self, job_id: JobId, dedup_id: str = "") -> bool:
-        """Delete an unheld job; False when it was gone. Raises LockedError while it is held."""
+    async def remove(self, job_id: JobId, dedup_id: str = "", *, only_dead: bool = False) -> bool:
+        """Delete an unheld job; False when it was gone. Raises LockedError while it is held,
+        and with `only_dead`, StateError unless it is in dead (checked in the same script)."""
         k = self.keys
         reply = await self.scripts.call(
             self.client,
             "remove",
             [k.pending, k.active, k.schedule, k.dead],
-            [k.prefix, job_id, dedup_id],
+            [k.prefix, job_id, dedup_id, "dead" if only_dead else ""],
         )
         return int(reply) == 1
 

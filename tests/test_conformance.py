@@ -342,6 +342,19 @@ async def test_remove_job_refuses_a_job_our_claim_holds(conf: Harness) -> None:
     assert await conf.queue.state_of(job_id) == "active"
 
 
+async def test_purging_removes_a_job_only_while_it_is_dead(conf: Harness) -> None:
+    """Ours: remove(only_dead=True) checks dead membership in the same script, so a purge can
+    never delete a job that was reprocessed between an operator's look and the purge."""
+    job_id = await conf.enqueue()
+    with pytest.raises(StateError):
+        await conf.queue.remove(job_id, only_dead=True)
+    assert await conf.queue.state_of(job_id) == "pending"
+    job = await conf.claim_one()
+    assert await conf.fail(job, max_attempts=1, error="gave up") == scheduled_as("dead")
+    assert await conf.queue.remove(job_id, only_dead=True) is True
+    assert await conf.queue.state_of(job_id) == "absent"
+
+
 async def test_reprocess_job_returns_a_dead_job_with_a_fresh_budget(conf: Harness) -> None:
     job_id = await conf.enqueue()
     job = await conf.claim_one()
