@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import os
 import signal
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ import anyio
 from emq_worker.config import WorkerSettings
 from emq_worker.errors import EmqError
 from emq_worker.log import get_logger
+from emq_worker.sdnotify import Notifier
 from emq_worker.tasks import App
 from emq_worker.worker import Worker
 
@@ -45,8 +47,8 @@ async def _watch_signals(worker: Worker, outcome: Outcome) -> None:
                 worker.force_stop()
 
 
-async def serve(settings: WorkerSettings, app: App) -> int:
-    worker = Worker(settings, app)
+async def serve(settings: WorkerSettings, app: App, notifier: Notifier | None = None) -> int:
+    worker = Worker(settings, app, notifier=notifier)
     outcome = Outcome()
     try:
         async with anyio.create_task_group() as group:
@@ -88,7 +90,13 @@ def tune_runtime() -> None:
 
 
 def run(settings: WorkerSettings, app: App) -> int:
-    """Run the daemon on asyncio, with uvloop's faster event loop where it is installed."""
+    """Run the daemon on asyncio, with uvloop's faster event loop where it is installed.
+
+    Under systemd (`Type=notify`) it tells the service manager through `$NOTIFY_SOCKET` when it
+    is ready, what it holds, that its beat is alive (watchdog) and when it stops: the variables
+    systemd sets for this process are read here, at the process's edge, not by the library.
+    """
     tune_runtime()
     use_uvloop = importlib.util.find_spec("uvloop") is not None
-    return anyio.run(serve, settings, app, backend_options={"use_uvloop": use_uvloop})
+    with Notifier.from_environ(os.environ) as notifier:
+        return anyio.run(serve, settings, app, notifier, backend_options={"use_uvloop": use_uvloop})

@@ -24,11 +24,14 @@ from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
 from emq_worker.queue import Queue
 from emq_worker.runner import JobRunner
+from emq_worker.sdnotify import Notifier
 
 CLAIM_BATCH = 250
 """The most jobs one claim call leases: bounds how long the call holds the server."""
 BACKOFF_FIRST_S = 0.1
 BACKOFF_CAP_S = 5.0
+STATUS_EVERY_S = 1.0
+"""The most often the beat reports what it holds to the service manager (systemd STATUS=)."""
 
 
 @dataclass(slots=True)
@@ -51,6 +54,7 @@ class Supervisor:
         clock: Clock,
         rng: random.Random,
         reap_max_attempts: int,
+        notifier: Notifier | None = None,
     ) -> None:
         self.client = client
         self.reap_max_attempts = reap_max_attempts
@@ -63,6 +67,8 @@ class Supervisor:
         self.clock = clock
         self.rng = rng
         self.log = get_logger()
+        self.notifier = notifier or Notifier()
+        self._next_status = 0.0
         self._stopping = False
         self._park_scope: anyio.CancelScope | None = None
         self._next_beat = 0.0
@@ -82,6 +88,7 @@ class Supervisor:
             # Every pass yields at least once, whatever path it takes, so the renewal sweep and
             # the jobs are never starved by a pass that finds nothing to await.
             await anyio.lowlevel.checkpoint()
+            self.notifier.watchdog()
             try:
                 idle = await self._cycle(jobs)
                 failures = 0
@@ -104,6 +111,7 @@ class Supervisor:
             self._next_beat = now + self.settings.beat_ms / 1000
             await self.reap()
             await self.promote()
+            self._report_status(now)
         elif self._next_due is not None and now >= self._next_due:
             await self.promote()  # a scheduled job fell due between beats
         drained = await self.drain(jobs)
@@ -176,6 +184,20 @@ class Supervisor:
                 if len(result.jobs) + result.phantoms < min(free, CLAIM_BATCH):
                     break
         return drained
+
+    def _report_status(self, now: float) -> None:
+        """Tell the service manager what is held, at most every STATUS_EVERY_S."""
+        if not self.notifier.enabled or now < self._next_status:
+            return
+        self._next_status = now + STATUS_EVERY_S
+        names = ", ".join(queue.name for queue in self.queues)
+        text = (
+            f"held {len(self.book)} of {self.settings.concurrency} on {names}; "
+            f"{self.counters.completed} completed"
+        )
+        if self._paused_seen:
+            text += f"; paused: {', '.join(sorted(self._paused_seen))}"
+        self.notifier.status(text)
 
     def _note_pause(self, queue: str, paused: bool) -> None:
         if paused and queue not in self._paused_seen:

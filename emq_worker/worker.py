@@ -25,6 +25,7 @@ from emq_worker.queue import Queue
 from emq_worker.renewal import RenewalSweep
 from emq_worker.runner import JobRunner
 from emq_worker.scripts import Scripts
+from emq_worker.sdnotify import Notifier
 from emq_worker.settle import SettleBatcher
 from emq_worker.supervisor import Supervisor
 from emq_worker.tasks import App
@@ -50,6 +51,7 @@ class Worker:
         client: Redis | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.settings = settings
         self.app = app
@@ -58,6 +60,7 @@ class Worker:
         self._client = client
         self._clock = clock or MonotonicClock()
         self._rng = rng or random.Random()
+        self.notifier = notifier or Notifier()
         self._supervisor: Supervisor | None = None
         self._stop_requested = False
         self._root: anyio.CancelScope | None = None
@@ -66,11 +69,13 @@ class Worker:
     def request_stop(self) -> None:
         """Graceful: stop claiming, finish or hand back what is held."""
         self._stop_requested = True
+        self.notifier.stopping(f"stopping: finishing held jobs within {self.settings.grace_ms} ms")
         if self._supervisor is not None:
             self._supervisor.request_stop()
 
     def force_stop(self) -> None:
         """At once: leave held leases to the reaper."""
+        self.notifier.stopping("stopping at once: held jobs are left to the reaper")
         if self._root is not None:
             self._root.cancel()
 
@@ -104,6 +109,7 @@ class Worker:
             beat_ms=settings.beat_ms,
         )
         self.ready.set()
+        self.notifier.ready(f"serving {', '.join(settings.queues)}")
         with anyio.CancelScope() as root:
             self._root = root
             await self._serve(parts)
@@ -126,6 +132,7 @@ class Worker:
             self._clock,
             self._rng,
             reap_max_attempts=self.app.most_attempts(settings.max_attempts),
+            notifier=self.notifier,
         )
         sweep = RenewalSweep(queues, book, slots, settings, self.counters, self._clock)
         return Parts(queues, book, batcher, supervisor, sweep)

@@ -10,6 +10,7 @@ import anyio
 
 from emq_worker import App, Worker, WorkerSettings
 from emq_worker.retry import Fixed
+from emq_worker.sdnotify import Notifier
 
 
 def worker_settings(queues: str | tuple[str, ...], url: str, **overrides: Any) -> WorkerSettings:
@@ -26,8 +27,10 @@ def worker_settings(queues: str | tuple[str, ...], url: str, **overrides: Any) -
 
 
 @asynccontextmanager
-async def running_worker(settings: WorkerSettings, app: App) -> AsyncIterator[Worker]:
-    worker = Worker(settings, app)
+async def running_worker(
+    settings: WorkerSettings, app: App, *, notifier: Notifier | None = None
+) -> AsyncIterator[Worker]:
+    worker = Worker(settings, app, notifier=notifier)
     async with anyio.create_task_group() as group:
         group.start_soon(worker.run)
         with anyio.fail_after(10):
