@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -57,6 +57,8 @@ class ReapResult:
     dead: int
     phantoms: int
     more: bool
+    jobs: tuple[tuple[JobId, str], ...] = field(default=(), compare=False)
+    """Each job reaped, with where it went: 'pending' or 'dead'."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +118,11 @@ def lost_leases(reply: Any) -> list[LostLease]:
 
 
 def reap_result(reply: Any) -> ReapResult:
-    returned, dead, phantoms, more = (int(v) for v in reply)
-    return ReapResult(returned, dead, phantoms, bool(more))
+    if not isinstance(reply, list) or len(reply) < 4 or len(reply) % 2:
+        raise ScriptError(f"unexpected reap reply: {reply!r}")
+    returned, dead, phantoms, more = (int(v) for v in reply[:4])
+    jobs = tuple((JobId(text(reply[i])), text(reply[i + 1])) for i in range(4, len(reply), 2))
+    return ReapResult(returned, dead, phantoms, bool(more), jobs)
 
 
 def promote_result(reply: Any) -> PromoteResult:

@@ -47,7 +47,8 @@ class SettleBatcher:
         self.settings = settings
         self.counters = counters
         self.log = get_logger()
-        self._debug = self.log.is_enabled_for(logging.DEBUG)
+        self._log_jobs = self.log.is_enabled_for(logging.INFO)
+        """Whether each completion is logged (info); at warning, the hot path logs nothing."""
         self._waiting: dict[str, list[Handover]] = {}
         self._ready = anyio.Event()
 
@@ -95,12 +96,12 @@ class SettleBatcher:
 
     def _record(self, handover: Handover, result: SettleResult | None) -> None:
         if (
-            not self._debug
+            not self._log_jobs
             and result is not None
             and result.status is SettleStatus.OK
             and isinstance(handover.outcome, Completion)
         ):
-            self.counters.completed += 1  # the hot path: nothing to log at info
+            self.counters.completed += 1  # the hot path: nothing to log above info
             return
         job = handover.lease.job
         facts = {"queue": job.queue, "job_id": job.id, "attempts": job.token, "task": handover.task}
@@ -126,7 +127,7 @@ class SettleBatcher:
         repeated = result.status is SettleStatus.SETTLED
         if isinstance(outcome, Completion):
             self.counters.completed += 1
-            self.log.debug("job_completed", repeated=repeated, **facts)
+            self.log.info("job_completed", repeated=repeated, **facts)
             return
         if result.detail == "dead":
             self.counters.dead_lettered += 1

@@ -8,6 +8,7 @@ slots are free, or when a running job frees a slot while all are taken.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 
@@ -67,6 +68,8 @@ class Supervisor:
         self.clock = clock
         self.rng = rng
         self.log = get_logger()
+        self._log_jobs = self.log.is_enabled_for(logging.INFO)
+        """One event per job transition at info; nothing per job above it (throughput)."""
         self.notifier = notifier or Notifier()
         self._next_status = 0.0
         self._stopping = False
@@ -135,6 +138,9 @@ class Supervisor:
                 self.counters.reaped += result.returned
                 self.counters.reaped_dead += result.dead
                 self.counters.phantoms += result.phantoms
+                if self._log_jobs:
+                    for job_id, outcome in result.jobs:
+                        self.log.info("job_reaped", queue=queue.name, job_id=job_id, to=outcome)
                 if result.returned or result.dead or result.phantoms:
                     self.log.info(
                         "beat_reaped",
@@ -179,6 +185,10 @@ class Supervisor:
                     lease = Lease(job=job, confirmed_at=claimed_at)
                     self.book.add(lease)
                     jobs.start(self.runner.run, lease)
+                    if self._log_jobs:
+                        self.log.info(
+                            "job_claimed", queue=job.queue, job_id=job.id, attempts=job.token
+                        )
                 self.counters.claimed += len(result.jobs)
                 drained.claimed += len(result.jobs)
                 if len(result.jobs) + result.phantoms < min(free, CLAIM_BATCH):

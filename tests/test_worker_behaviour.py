@@ -433,3 +433,42 @@ async def test_hundreds_of_jobs_settling_at_once_wait_for_a_connection_instead_o
     assert trouble == []
     assert worker.counters.retried == 0
     assert (await Producer(client).queue(queue_name).counts()).completed == 300
+
+
+async def test_every_job_transition_is_one_structured_event(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """Claimed, completed, retried, dead, and a lease reaped: each one event naming the queue,
+    the job and its attempts (operators grep these)."""
+    app = App()
+
+    @app.task
+    async def fine(ctx: JobContext) -> None:
+        return None
+
+    @app.task(max_attempts=2)
+    async def broken(ctx: JobContext) -> None:
+        raise RuntimeError("no")
+
+    producer = Producer(client)
+    ok = (await producer.enqueue(queue_name, "fine")).job_id
+    bad = (await producer.enqueue(queue_name, "broken")).job_id
+    lapsed = (await producer.enqueue(queue_name, "fine", delay_ms=60_000)).job_id
+    await client.zadd(QueueKeys.of(queue_name).active, {lapsed: 0})  # a lease long expired
+    await client.hset(QueueKeys.of(queue_name).job(lapsed), "state", "active")
+    with capture_logs() as logs:
+        async with running_worker(settings(queue_name, redis_url), app) as worker:
+            await until(
+                lambda: worker.counters.completed == 2 and worker.counters.dead_lettered == 1,
+                what="two completions and a dead letter",
+            )
+    by_job: dict[str, list[str]] = {}
+    for event in logs:
+        if "job_id" in event and event["event"].startswith("job_"):
+            assert event["queue"] == queue_name
+            if event["event"] != "job_reaped":
+                assert event["attempts"] >= 1
+            by_job.setdefault(event["job_id"], []).append(event["event"])
+    assert by_job[ok] == ["job_claimed", "job_completed"]
+    assert by_job[bad] == ["job_claimed", "job_retried", "job_claimed", "job_dead"]
+    assert by_job[lapsed] == ["job_reaped", "job_claimed", "job_completed"]

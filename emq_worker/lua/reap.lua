@@ -10,13 +10,16 @@
 -- ARGV[3] = max_attempts: a lease that expires at attempts - attempts_base >= max_attempts goes
 --           to dead with last_error "lease expired ..." instead of cycling forever (EchoMQ's D2)
 --
--- Reply: {returned, dead_lettered, phantoms, more}; more = 1 when the batch was full and another
---        call may find more. Each reaped job loses its lock subkey; returned jobs push wake tokens.
+-- Reply: {returned, dead_lettered, phantoms, more, id1, outcome1, id2, outcome2, ...}; more = 1
+--        when the batch was full and another call may find more; outcome is 'pending' or 'dead'
+--        for each job reaped (phantoms are not listed). Each reaped job loses its lock subkey;
+--        returned jobs push wake tokens.
 --- @include now_ms
 --- @include fence
 local p, batch, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, batch)
 local returned, dead, phantoms = 0, 0, 0
+local reaped = {}
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[1], id)
   local row = p .. 'job:' .. id
@@ -29,10 +32,14 @@ for _, id in ipairs(expired) do
       'last_error', 'lease expired on attempt ' .. fields[1] .. ' (max_attempts ' .. max .. ')')
     redis.call('HINCRBY', KEYS[4], 'count', 1)
     dead = dead + 1
+    reaped[#reaped + 1] = id
+    reaped[#reaped + 1] = 'dead'
   else
     redis.call('ZADD', KEYS[2], 0, id)
     redis.call('HSET', row, 'state', 'pending')
     returned = returned + 1
+    reaped[#reaped + 1] = id
+    reaped[#reaped + 1] = 'pending'
   end
   redis.call('DEL', row .. ':lock')
 end
@@ -41,4 +48,8 @@ local more = 0
 if #expired == batch then
   more = 1
 end
-return {returned, dead, phantoms, more}
+local reply = {returned, dead, phantoms, more}
+for i = 1, #reaped do
+  reply[4 + i] = reaped[i]
+end
+return reply
