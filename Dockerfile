@@ -36,13 +36,17 @@ COPY --from=builder /opt/emq-worker /opt/emq-worker
 ENV PATH="/opt/emq-worker/bin:${PATH}" \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    EMQ_GRACE_MS=20000
+    EMQ_GRACE_MS=20000 \
+    EMQ_HTTP=127.0.0.1:9464
 # --app-dir defaults to the working directory: an image built FROM this one puts its own app
 # here (COPY myapp/ /srv/emq-worker/) and runs `--app myapp.tasks:app`.
 WORKDIR /srv/emq-worker
 USER 10001:10001
-# No HEALTHCHECK yet: it comes with the worker's own /healthz endpoint (issue 4, HTTP part), so
-# that the check asks the worker whether its beat ran, not a shell pipeline.
+# EMQ_HTTP serves /metrics, /healthz and /readyz on the container's loopback (publish it with
+# EMQ_HTTP=0.0.0.0:9464 to scrape from outside). The check asks the worker whether its beat ran
+# within the last three beats; a draining worker stays healthy.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s \
+    CMD ["emq-worker", "health", "--http", "127.0.0.1:9464"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["emq-worker"]
 CMD ["run", "--queue", "orders", "--app", "emq_worker.examples.orders:app"]

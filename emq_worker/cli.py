@@ -12,7 +12,9 @@ import click
 from emq_worker import admin_cli, daemon, log
 from emq_worker.cli_options import redis_url_option, split_queues, wire_version_option
 from emq_worker.config import WorkerSettings
+from emq_worker.demo import demo as demo_command
 from emq_worker.errors import EmqError
+from emq_worker.http import health as health_command
 from emq_worker.ids import DEFAULT_NODE_ID
 from emq_worker.producer import Producer
 from emq_worker.retry import format_backoff, parse_backoff
@@ -153,6 +155,14 @@ def main() -> None:
     envvar="EMQ_BURST",
     help="Exit once nothing is held, pending or scheduled.",
 )
+@click.option(
+    "--http",
+    show_envvar=True,
+    envvar="EMQ_HTTP",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9464 (default: off).",
+)
 def run(
     queues: tuple[str, ...],
     app_path: str,
@@ -170,6 +180,7 @@ def run(
     log_format: Any,
     log_level: str,
     burst: bool,
+    http: str | None,
 ) -> None:
     """Run the worker daemon on one or more queues."""
     try:
@@ -186,6 +197,7 @@ def run(
             job_timeout_ms=job_timeout_ms,
             wire_version=wire_version,
             burst=burst,
+            http=http or None,
         )
         app = load_app(app_path, app_dir)
     except EmqError as exc:
@@ -250,6 +262,10 @@ def enqueue(
         click.echo(anyio.run(send))
     except EmqError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+main.add_command(health_command)
+main.add_command(demo_command)
 
 
 # --- admin: the verbs operators reach for (logic in emq_worker.admin) ----------------------

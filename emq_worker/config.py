@@ -36,6 +36,8 @@ class WorkerSettings:
     renew: bool = True
     """Library-only switch to demonstrate a lapsing lease; never off in production."""
     node_id: int = DEFAULT_NODE_ID
+    http: str | None = None
+    """HOST:PORT for /metrics, /healthz and /readyz; None serves nothing."""
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -64,6 +66,8 @@ class WorkerSettings:
             )
         if not self.wire_version:
             raise ConfigError("wire_version must not be empty")
+        if self.http is not None:
+            parse_host_port(self.http)
 
     @property
     def renew_interval_ms(self) -> int:
@@ -73,6 +77,15 @@ class WorkerSettings:
     def receipt_ms(self) -> int:
         """How long a settle receipt answers a re-sent complete/fail."""
         return max(60_000, 2 * self.lease_ms)
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:PORT` for IPv6) as (host, port); port 0 asks for any free port."""
+    host, sep, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"http must be HOST:PORT, e.g. 127.0.0.1:9464; got {value!r}")
+    return host, int(port)
 
 
 def _at_least(name: str, value: int, low: int) -> None:

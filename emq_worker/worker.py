@@ -12,11 +12,13 @@ import random
 from dataclasses import dataclass
 
 import anyio
+from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from emq_worker.clock import Clock, MonotonicClock
 from emq_worker.config import WorkerSettings
 from emq_worker.connection import connect
+from emq_worker.http import BeatNotifier, HttpEndpoint, MeteredSweep, WorkerCollector
 from emq_worker.jobgroup import JobGroup
 from emq_worker.lease import LeaseBook, SlotSignal
 from emq_worker.log import get_logger
@@ -40,6 +42,7 @@ class Parts:
     batcher: SettleBatcher
     supervisor: Supervisor
     sweep: RenewalSweep
+    http: HttpEndpoint | None = None
 
 
 class Worker:
@@ -64,7 +67,13 @@ class Worker:
         self._supervisor: Supervisor | None = None
         self._stop_requested = False
         self._root: anyio.CancelScope | None = None
+        self.http: HttpEndpoint | None = None
+        """The HTTP endpoint while it serves (settings.http); `http.port` is the bound port."""
         self.log = get_logger()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested
 
     def request_stop(self) -> None:
         """Graceful: stop claiming, finish or hand back what is held."""
@@ -99,6 +108,13 @@ class Worker:
         self._supervisor = parts.supervisor
         if self._stop_requested:
             parts.supervisor.request_stop()
+        with anyio.CancelScope() as root:
+            self._root = root
+            await self._serve(parts)
+        self.http = None
+        self.log.info("worker_stopped", forced=root.cancel_called, **self.counters.snapshot())
+
+    def _started(self) -> None:
         settings = self.settings
         self.log.info(
             "worker_started",
@@ -107,13 +123,10 @@ class Worker:
             lease_ms=settings.lease_ms,
             renew_every_ms=settings.renew_interval_ms if settings.renew else 0,
             beat_ms=settings.beat_ms,
+            http=settings.http,
         )
         self.ready.set()
         self.notifier.ready(f"serving {', '.join(settings.queues)}")
-        with anyio.CancelScope() as root:
-            self._root = root
-            await self._serve(parts)
-        self.log.info("worker_stopped", forced=root.cancel_called, **self.counters.snapshot())
 
     def _assemble(self, client: Redis, scripts: Scripts) -> Parts:
         settings = self.settings
@@ -121,6 +134,8 @@ class Worker:
         book, slots = LeaseBook(), SlotSignal()
         batcher = SettleBatcher(queues, book, slots, settings, self.counters)
         runner = JobRunner(self.app, batcher, settings, self._rng)
+        registry = CollectorRegistry(auto_describe=True) if settings.http else None
+        beat = BeatNotifier(self.notifier, self._clock) if registry is not None else None
         supervisor = Supervisor(
             client,
             list(queues.values()),
@@ -132,10 +147,16 @@ class Worker:
             self._clock,
             self._rng,
             reap_max_attempts=self.app.most_attempts(settings.max_attempts),
-            notifier=self.notifier,
+            notifier=beat or self.notifier,
         )
-        sweep = RenewalSweep(queues, book, slots, settings, self.counters, self._clock)
-        return Parts(queues, book, batcher, supervisor, sweep)
+        sweep_args = (queues, book, slots, settings, self.counters, self._clock)
+        if registry is None or beat is None:
+            return Parts(queues, book, batcher, supervisor, RenewalSweep(*sweep_args))
+        sweep = MeteredSweep(*sweep_args).meter(registry)
+        collector = WorkerCollector(self.counters, book, beat)
+        registry.register(collector)
+        http = HttpEndpoint(settings, client, queues, collector, registry, lambda: self.stopping)
+        return Parts(queues, book, batcher, supervisor, sweep, http)
 
     async def _serve(self, parts: Parts) -> None:
         """Beat until stopped; then give running jobs the grace period, write what finished,
@@ -145,6 +166,10 @@ class Worker:
             if settings.renew:
                 background.start_soon(parts.sweep.run)
             background.start_soon(parts.batcher.run)
+            if parts.http is not None:
+                await background.start(parts.http.serve)
+                self.http = parts.http
+            self._started()
             async with JobGroup() as jobs:
                 await parts.supervisor.run(jobs)
                 if len(book):

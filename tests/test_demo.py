@@ -1,0 +1,63 @@
+"""`emq-worker demo`: on a machine with a redis-server binary and nothing configured, it replays
+the four lease stories with real workers and says what happened; without a binary it says what
+to install."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emq_worker.cli import main
+
+DEMO = [sys.executable, "-c", "from emq_worker.cli import main; main()", "demo"]
+
+
+def verdicts(output: str) -> list[str]:
+    return [line.strip() for line in output.splitlines() if line.strip().startswith("verdict:")]
+
+
+@pytest.mark.slow
+def test_the_demo_replays_the_four_stories_and_cleans_up(tmp_path: Path) -> None:
+    # Its own process: the demo routes structlog into its recorder, and that stays out of ours.
+    # TMPDIR: the throwaway server's directory must be gone afterwards.
+    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "TMPDIR": str(tmp_path)}
+    done = subprocess.run(DEMO, capture_output=True, text=True, timeout=60, env=env, check=False)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    no_renewal, renewal, killed, frozen = verdicts(done.stdout)
+    assert no_renewal.startswith("verdict: ran twice")
+    assert "A's late complete was fenced (stale token 1, current 2)" in no_renewal
+    renewed = re.match(r"verdict: ran once: renewed (\d+) times", renewal)
+    assert renewed is not None, renewal
+    assert int(renewed.group(1)) >= 1
+    assert killed.startswith("verdict: recovered")
+    assert "B completed it at attempt 2" in killed
+    assert frozen.startswith("verdict: refused the frozen worker's write")
+    assert "A completes attempt 1 → refused" in done.stdout
+    assert "SIGKILL A" in done.stdout
+    assert "SIGSTOP A" in done.stdout
+    assert list(tmp_path.iterdir()) == [], "the throwaway server's directory is removed"
+
+
+def test_a_missing_server_binary_exits_1_naming_what_to_install(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-redis-server"
+
+    result = CliRunner().invoke(main, ["demo", "--server", str(missing)])
+
+    assert result.exit_code == 1
+    assert str(missing) in result.output
+    assert "apt-get install redis-server" in result.output
+    assert "valkey" in result.output.lower()
+
+
+def test_no_server_on_path_exits_1_naming_what_to_install(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["demo"], env={"PATH": str(tmp_path)})
+
+    assert result.exit_code == 1
+    assert "no valkey-server or redis-server found on PATH" in result.output
+    assert "apt-get install redis-server" in result.output
