@@ -8,10 +8,12 @@ from typing import Any
 
 import anyio
 import click
+from redis.exceptions import RedisError
 
 from emq_worker import admin_cli, daemon, log
 from emq_worker.cli_options import redis_url_option, split_queues, wire_version_option
 from emq_worker.config import WorkerSettings
+from emq_worker.connection import redacted
 from emq_worker.demo import demo as demo_command
 from emq_worker.errors import EmqError
 from emq_worker.http import health as health_command
@@ -205,11 +207,19 @@ def run(
     log.configure(log_format, log_level)
     try:
         code = daemon.run(settings, app)
-    except EmqError as exc:
-        log.get_logger().error("worker_failed", error=str(exc))
-        click.echo(f"Error: {exc}", err=True)
+    except (EmqError, RedisError) as exc:
+        message = _failure(exc, settings.redis_url)
+        log.get_logger().error("worker_failed", error=message)
+        click.echo(f"Error: {message}", err=True)
         sys.exit(daemon.EXIT_FATAL)
     sys.exit(code)
+
+
+def _failure(exc: Exception, redis_url: str) -> str:
+    """What went wrong, naming the server (never its password)."""
+    if isinstance(exc, EmqError):
+        return str(exc)
+    return f"Redis at {redacted(redis_url)}: {exc}"
 
 
 @main.command()
@@ -260,8 +270,8 @@ def enqueue(
 
     try:
         click.echo(anyio.run(send))
-    except EmqError as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (EmqError, RedisError) as exc:
+        raise click.ClickException(_failure(exc, redis_url)) from exc
 
 
 main.add_command(health_command)

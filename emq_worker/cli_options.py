@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from emq_worker.config import DEFAULT_URL
 from emq_worker.protocol import DEFAULT_WIRE_VERSION
+
+
+def _redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """`@PATH` reads the URL from a file (a Docker or systemd secret), so a password never has
+    to appear on a command line that `ps` shows, nor in the environment."""
+    if not value.startswith("@"):
+        return value
+    path = Path(value[1:])
+    try:
+        url = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot read the Redis URL from {str(path)!r}: {exc.strerror}"
+        ) from exc
+    if not url:
+        raise click.BadParameter(f"the Redis URL file {str(path)!r} is empty")
+    return url
+
 
 redis_url_option = click.option(
     "--redis-url",
@@ -13,7 +33,9 @@ redis_url_option = click.option(
     envvar="EMQ_REDIS_URL",
     default=DEFAULT_URL,
     show_default=True,
-    help="redis://, rediss:// (TLS) or unix:// URL. Put passwords here via the environment.",
+    callback=_redis_url,
+    help="redis://, rediss:// (TLS) or unix:// URL, or @PATH to read it from a file (a secret). "
+    "Keep passwords out of the command line: use the variable or a file.",
 )
 wire_version_option = click.option(
     "--wire-version",

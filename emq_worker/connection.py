@@ -25,12 +25,22 @@ POOL_WAIT_S = 20.0
 """How long a command waits for a free pooled connection before it fails."""
 
 
+def redacted(url: str) -> str:
+    """The URL with any password replaced by `***`, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+
+
 def validate_url(url: str) -> str:
     scheme = urlsplit(url).scheme
     if scheme not in SCHEMES:
         raise ConfigError(
             f"redis URL scheme must be one of {', '.join(SCHEMES)}; got {scheme or '(none)'!r} "
-            f"in {url!r}"
+            f"in {redacted(url)!r}"
         )
     return url
 

@@ -13,6 +13,7 @@ import signal
 from dataclasses import dataclass
 
 import anyio
+from redis.exceptions import RedisError
 
 from emq_worker.config import WorkerSettings
 from emq_worker.errors import EmqError
@@ -61,7 +62,8 @@ async def serve(settings: WorkerSettings, app: App, notifier: Notifier | None = 
 
 
 def _sole_emq_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The one EmqError a task group raised (so the CLI can print it plainly), else the group."""
+    """The one EmqError or RedisError a task group raised (so the CLI can print it plainly),
+    else the group."""
     leaves: list[BaseException] = []
     pending: list[BaseException] = [group]
     while pending:
@@ -70,7 +72,7 @@ def _sole_emq_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
             pending.extend(error.exceptions)
         else:
             leaves.append(error)
-    if len(leaves) == 1 and isinstance(leaves[0], EmqError):
+    if len(leaves) == 1 and isinstance(leaves[0], EmqError | RedisError):
         return leaves[0]
     return group
 

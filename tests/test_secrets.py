@@ -1,0 +1,121 @@
+"""Secrets: a Redis URL read from a file, ACL users with passwords, and no password in messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from emq_worker import ids
+from emq_worker.cli import main
+from emq_worker.config import WorkerSettings
+from emq_worker.connection import redacted
+from emq_worker.errors import ConfigError
+from tests.support.server import RedisServer, free_port
+
+PASSWORD = "s3cret-Pa55"
+
+
+def test_the_url_can_come_from_a_file(tmp_path: Path, redis_url: str, queue_name: str) -> None:
+    secret = tmp_path / "redis-url"
+    secret.write_text(redis_url + "\n")
+    result = CliRunner().invoke(
+        main,
+        ["enqueue", "--queue", queue_name, "charge", "{}"],
+        env={"EMQ_REDIS_URL": f"@{secret}"},
+    )
+    assert result.exit_code == 0, result.output
+    assert ids.is_valid(result.output.strip())
+
+
+@pytest.mark.parametrize("content", [None, ""])
+def test_an_unreadable_or_empty_url_file_is_named(tmp_path: Path, content: str | None) -> None:
+    secret = tmp_path / "missing"
+    if content is not None:
+        secret.write_text(content)
+    result = CliRunner().invoke(
+        main, ["enqueue", "--redis-url", f"@{secret}", "--queue", "q", "charge", "{}"]
+    )
+    assert result.exit_code == 2
+    assert str(secret) in result.output
+
+
+def test_messages_never_show_the_password() -> None:
+    url = f"http://emq:{PASSWORD}@localhost:6379/0"
+    assert redacted(url) == "http://emq:***@localhost:6379/0"
+    assert redacted("redis://localhost:6379/0") == "redis://localhost:6379/0"
+    with pytest.raises(ConfigError) as refused:
+        WorkerSettings(queues=("q",), redis_url=url)
+    assert PASSWORD not in str(refused.value)
+    assert "emq:***@localhost" in str(refused.value)
+
+
+def test_an_acl_user_with_a_password_works_and_a_wrong_one_is_refused(
+    tmp_path: Path, queue_name: str
+) -> None:
+    with RedisServer(tmp_path / "acl") as server:
+        admin = server.client()
+        admin.acl_setuser(
+            "emq",
+            enabled=True,
+            passwords=[f"+{PASSWORD}"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all"],
+        )
+        admin.acl_setuser("default", enabled=False)
+        admin.close()
+        good = f"redis://emq:{PASSWORD}@127.0.0.1:{server.port}/0"
+        runner = CliRunner()
+        enqueued = runner.invoke(
+            main,
+            ["enqueue", "--queue", queue_name, "charge", '{"order_id": "A1", "amount": 5}'],
+            env={"EMQ_REDIS_URL": good},
+        )
+        assert enqueued.exit_code == 0, enqueued.output
+        ran = runner.invoke(
+            main,
+            [
+                "run",
+                "--queue",
+                queue_name,
+                "--app",
+                "emq_worker.examples.orders:app",
+                "--burst",
+                "--beat-ms",
+                "50",
+                "--log-format",
+                "json",
+            ],
+            env={"EMQ_REDIS_URL": good},
+        )
+        assert ran.exit_code == 0, ran.output
+        check = redis.Redis(port=server.port, username="emq", password=PASSWORD)
+        try:
+            assert check.hget(f"emq:{{{queue_name}}}:metrics:completed", "count") == b"1"
+        finally:
+            check.close()
+        bad = runner.invoke(
+            main,
+            ["enqueue", "--queue", queue_name, "charge", "{}"],
+            env={"EMQ_REDIS_URL": f"redis://emq:wrong@127.0.0.1:{server.port}/0"},
+        )
+        assert bad.exit_code == 1
+        assert "emq:***@127.0.0.1" in bad.output
+        assert ":wrong@" not in bad.output
+        assert "invalid username-password pair" in bad.output
+
+
+def test_a_worker_that_cannot_reach_redis_at_start_says_so_and_exits_1() -> None:
+    url = f"redis://emq:{PASSWORD}@127.0.0.1:{free_port()}/0"
+    result = CliRunner().invoke(
+        main,
+        ["run", "--queue", "q", "--app", "emq_worker.examples.orders:app", "--log-format", "json"],
+        env={"EMQ_REDIS_URL": url},
+    )
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert "Redis at redis://emq:***@127.0.0.1" in result.output
+    assert PASSWORD not in result.output
