@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ from emq_worker.errors import EmqError, JobIdError, QueueNameError
 from emq_worker.keys import validate_queue_name
 from emq_worker.protocol import JobId
 from emq_worker.queue import Queue
+from emq_worker.registry import live_workers
 from emq_worker.scripts import Scripts
 
 T = TypeVar("T")
@@ -263,4 +265,49 @@ def remove(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None
     click.echo(f"removed {job_id} from queue {queue!r}")
 
 
-COMMANDS: tuple[click.Command, ...] = (stats, inspect, dead, pause, resume, remove)
+@click.command()
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    show_envvar=True,
+    envvar="EMQ_QUEUES",
+    callback=_queue_names,
+    help="Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
+)
+@json_option
+@redis_url_option
+@wire_version_option
+def workers(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: str) -> None:
+    """The workers alive on each queue (they announce themselves every beat) and what they hold."""
+
+    async def read(client: Redis, scripts: Scripts) -> dict[str, list[dict[str, object]]]:
+        names = queues or (await admin.discover_queues(client)).queues
+        return {name: await live_workers(client, name) for name in names}
+
+    found = _admin(redis_url, wire_version, read)
+    if as_json:
+        _dump(found)
+        return
+    now = time.time()
+    rows = [
+        (
+            name,
+            w.get("id"),
+            w.get("held"),
+            w.get("concurrency"),
+            w.get("completed"),
+            f"{now - float(str(w.get('beat', now))):.1f} s ago",
+        )
+        for name, entries in found.items()
+        for w in entries
+    ]
+    if not rows:
+        click.echo("no live workers")
+        return
+    header = ("queue", "worker", "held", "concurrency", "completed", "last beat")
+    click.echo(admin.table(header, rows))
+
+
+COMMANDS: tuple[click.Command, ...] = (stats, inspect, dead, pause, resume, remove, workers)

@@ -24,6 +24,7 @@ from emq_worker.lease import Lease, LeaseBook, SlotSignal
 from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
 from emq_worker.queue import Queue
+from emq_worker.registry import Presence, WorkerRegistry
 from emq_worker.runner import JobRunner
 from emq_worker.sdnotify import Notifier
 
@@ -56,7 +57,9 @@ class Supervisor:
         rng: random.Random,
         reap_max_attempts: int,
         notifier: Notifier | None = None,
+        registry: WorkerRegistry | None = None,
     ) -> None:
+        self.registry = registry
         self.client = client
         self.reap_max_attempts = reap_max_attempts
         self.queues = queues
@@ -114,6 +117,8 @@ class Supervisor:
             self._next_beat = now + self.settings.beat_ms / 1000
             await self.reap()
             await self.promote()
+            if self.registry is not None:
+                await self.registry.beat(Presence(len(self.book), self.counters.completed))
             self._report_status(now)
         elif self._next_due is not None and now >= self._next_due:
             await self.promote()  # a scheduled job fell due between beats

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import anyio
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.clock import Clock, MonotonicClock
 from emq_worker.config import WorkerSettings
@@ -24,6 +26,7 @@ from emq_worker.lease import LeaseBook, SlotSignal
 from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
 from emq_worker.queue import Queue
+from emq_worker.registry import WorkerRegistry
 from emq_worker.renewal import RenewalSweep
 from emq_worker.runner import JobRunner
 from emq_worker.scripts import Scripts
@@ -65,6 +68,7 @@ class Worker:
         self._rng = rng or random.Random()
         self.notifier = notifier or Notifier()
         self._supervisor: Supervisor | None = None
+        self.presence: WorkerRegistry | None = None
         self._stop_requested = False
         self._root: anyio.CancelScope | None = None
         self.http: HttpEndpoint | None = None
@@ -130,6 +134,9 @@ class Worker:
 
     def _assemble(self, client: Redis, scripts: Scripts) -> Parts:
         settings = self.settings
+        self.presence = WorkerRegistry(
+            client, settings.queues, settings.concurrency, settings.beat_ms
+        )
         queues = {name: Queue(client, scripts, name) for name in settings.queues}
         book, slots = LeaseBook(), SlotSignal()
         batcher = SettleBatcher(queues, book, slots, settings, self.counters)
@@ -148,6 +155,7 @@ class Worker:
             self._rng,
             reap_max_attempts=self.app.most_attempts(settings.max_attempts),
             notifier=beat or self.notifier,
+            registry=self.presence,
         )
         sweep_args = (queues, book, slots, settings, self.counters, self._clock)
         if registry is None or beat is None:
@@ -180,7 +188,18 @@ class Worker:
             with anyio.move_on_after(settings.settle_timeout_ms / 1000):
                 await book.wait_settled()
             await self._release(parts.queues, book)
+            await self._leave()
             background.cancel_scope.cancel()
+
+    async def _leave(self) -> None:
+        """Take this worker off the `workers` list at once (else its entries expire)."""
+        if self.presence is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S):
+            try:
+                await self.presence.leave()
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                self.log.warning("leave_failed", error=str(exc))
 
     async def _release(self, queues: dict[str, Queue], book: LeaseBook) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S):

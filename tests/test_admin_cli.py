@@ -4,6 +4,7 @@ remove. Driven through `emq-worker` with CliRunner; state is built through the Q
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -422,3 +423,38 @@ def test_help_lists_the_admin_commands_and_their_variables() -> None:
     assert purge.exit_code == 0
     for text in ("--all", "--yes", "EMQ_QUEUE", "EMQ_REDIS_URL", "EMQ_WIRE_VERSION"):
         assert text in purge.output
+
+
+def test_workers_lists_what_each_live_worker_announced(redis_url: str, queue_name: str) -> None:
+    entry = {
+        "id": "host-a:42:beef",
+        "host": "host-a",
+        "pid": 42,
+        "queues": [queue_name],
+        "concurrency": 10,
+        "held": 3,
+        "completed": 7,
+        "started": 1.0,
+        "beat": time.time(),
+    }
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.set(f"emq:{{{queue_name}}}:worker:host-a:42:beef", json.dumps(entry), px=10_000)
+        table = CliRunner().invoke(main, ["workers", "-q", queue_name, "--redis-url", redis_url])
+        as_json = CliRunner().invoke(
+            main, ["workers", "-q", queue_name, "--json", "--redis-url", redis_url]
+        )
+    finally:
+        client.close()
+    assert table.exit_code == 0, table.output
+    assert "host-a:42:beef" in table.output
+    assert table.output.splitlines()[0].split() == [
+        "queue",
+        "worker",
+        "held",
+        "concurrency",
+        "completed",
+        "last",
+        "beat",
+    ]
+    assert json.loads(as_json.output)[queue_name] == [entry]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -16,10 +17,11 @@ from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
 from emq_worker.keys import QueueKeys
 from emq_worker.outcomes import SettleStatus
 from emq_worker.queue import HeldLease
+from emq_worker.registry import live_workers
 from emq_worker.retry import Backoff, Exponential, Fixed
 from emq_worker.scripts import Scripts
 from tests.support.running import running_worker, worker_settings
-from tests.support.wait import until
+from tests.support.wait import eventually, until
 
 BEAT_MS = 100
 
@@ -472,3 +474,15 @@ async def test_every_job_transition_is_one_structured_event(
     assert by_job[ok] == ["job_claimed", "job_completed"]
     assert by_job[bad] == ["job_claimed", "job_retried", "job_claimed", "job_dead"]
     assert by_job[lapsed] == ["job_reaped", "job_claimed", "job_completed"]
+
+
+async def test_a_worker_announces_itself_while_it_runs_and_leaves_when_it_stops(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    async with running_worker(settings(queue_name, redis_url, beat_ms=50), App()) as worker:
+        entries = await eventually(lambda: live_workers(client, queue_name), what="announced")
+        assert worker.presence is not None
+        assert [e["id"] for e in entries] == [worker.presence.id]
+        assert entries[0]["pid"] == os.getpid()
+        assert entries[0]["queues"] == [queue_name]
+    assert await live_workers(client, queue_name) == []
