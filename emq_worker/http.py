@@ -19,7 +19,7 @@ import anyio
 import click
 from anyio.abc import TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from redis.asyncio import Redis
@@ -30,7 +30,7 @@ from emq_worker.config import WorkerSettings, parse_host_port
 from emq_worker.errors import ConfigError
 from emq_worker.lease import LeaseBook
 from emq_worker.log import get_logger
-from emq_worker.metrics import Counters
+from emq_worker.metrics import DURATION_BUCKETS, Counters
 from emq_worker.queue import Counts, Queue
 from emq_worker.renewal import RenewalSweep
 from emq_worker.sdnotify import Notifier
@@ -46,6 +46,8 @@ SWEEP_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 SWEEP_LEASES_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 REASONS[503] = "Service Unavailable"
+DURATION_LE = (*(repr(float(bound)) for bound in DURATION_BUCKETS), "+Inf")
+"""The `le` labels of emq_job_duration_seconds, as prometheus-client writes them."""
 
 
 def beat_stale(last_beat: float | None, now: float, beat_s: float) -> str | None:
@@ -147,6 +149,26 @@ class WorkerCollector(Collector):
         dead.add_metric(["settle"], c.dead_lettered)
         dead.add_metric(["reap"], c.reaped_dead)
         yield dead
+        jobs = CounterMetricFamily(
+            "emq_jobs",
+            "Settled jobs per queue, task and outcome (completed, retried, dead_lettered).",
+            labels=["queue", "task", "outcome"],
+        )
+        for labels, value in c.by_task.items():
+            jobs.add_metric(labels, value)
+        yield jobs
+        durations = HistogramMetricFamily(
+            "emq_job_duration_seconds",
+            "Time the handler ran, per queue and task, for the jobs counted in emq_jobs_total.",
+            labels=["queue", "task"],
+        )
+        for key, histogram in c.durations.items():
+            durations.add_metric(
+                key,
+                list(zip(DURATION_LE, histogram.cumulative(), strict=True)),
+                histogram.sum,
+            )
+        yield durations
         yield _counter("emq_leases_reaped", "Expired leases returned to pending.", c.reaped)
         yield _counter(
             "emq_writes_fenced", "Writes refused: another holder owns the job.", c.fenced

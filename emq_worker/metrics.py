@@ -1,8 +1,44 @@
-"""In-process counters of what the worker did; logged at exit and read by tests."""
+"""In-process counters of what the worker did; logged at exit, read by tests and by /metrics.
+
+Everything here is plain ints, dicts and lists: the job path pays a dict increment and a bisect
+per job, never a lock or a prometheus-client object (the collector converts when scraped).
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from bisect import bisect_left
+from collections import Counter
+from dataclasses import dataclass, field, fields
+
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+"""Upper bounds (seconds, inclusive) of the job duration histogram; a last bucket is +Inf."""
+
+
+class Durations:
+    """A fixed-bucket histogram of handler run times for one (queue, task)."""
+
+    __slots__ = ("buckets", "sum")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(DURATION_BUCKETS) + 1)
+        """Per bucket, not cumulative; the last one is +Inf."""
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1
+        self.sum += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self.buckets)
+
+    def cumulative(self) -> list[int]:
+        """Running totals per bucket, in DURATION_BUCKETS order then +Inf (== count)."""
+        total, out = 0, []
+        for n in self.buckets:
+            total += n
+            out.append(total)
+        return out
 
 
 @dataclass(slots=True)
@@ -23,6 +59,23 @@ class Counters:
     released: int = 0
     renew_sweeps: int = 0
     renew_failures: int = 0
+    by_task: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    """Settled jobs per (queue, task, outcome); outcome is completed, retried or dead_lettered."""
+    durations: dict[tuple[str, str], Durations] = field(default_factory=dict)
+    """Handler run times per (queue, task), of the jobs counted in `by_task`."""
+
+    def settled(self, queue: str, task: str, outcome: str, seconds: float | None) -> None:
+        """Count one written outcome for its queue and task, and its handler's run time."""
+        self.by_task[(queue, task, outcome)] += 1
+        if seconds is not None:
+            durations = self.durations.get((queue, task))
+            if durations is None:
+                durations = self.durations[(queue, task)] = Durations()
+            durations.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1  # observe(), inlined
+            durations.sum += seconds
 
     def snapshot(self) -> dict[str, int]:
-        return asdict(self)
+        """The worker-wide counts (the per-task breakdown is left to /metrics)."""
+        return {
+            f.name: value for f in fields(self) if isinstance(value := getattr(self, f.name), int)
+        }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,9 +60,11 @@ class JobRunner:
             call = self._prepare(job)
         except (PayloadError, UnknownTaskError) as exc:
             # Retrying cannot help a job nobody can decode or run: dead-letter it at once.
-            self.batcher.submit(lease, Failure(lease.held, 0, 0, str(exc)), "")
+            self.batcher.submit(lease, Failure(lease.held, 0, 0, str(exc)), "(undecodable)")
             return
+        started = time.monotonic()
         outcome = await self._call(lease, call)
+        seconds = time.monotonic() - started
         if outcome is None or lease.lost:  # lost: even if the handler swallowed its cancellation
             self.log.info(
                 "job_abandoned",
@@ -71,7 +74,7 @@ class JobRunner:
                 reason="lease lost; its result is not written",
             )
             return
-        self.batcher.submit(lease, outcome, call.task.name)
+        self.batcher.submit(lease, outcome, call.task.name, seconds)
 
     def _prepare(self, job: ClaimedJob) -> Call:
         raw = self.app.raw.get(job.queue)

@@ -30,6 +30,8 @@ class Handover(NamedTuple):
     lease: Lease
     outcome: Outcome
     task: str
+    seconds: float | None = None
+    """How long the handler ran; None when no handler ran (the job could not be decoded)."""
 
 
 class SettleBatcher:
@@ -52,10 +54,13 @@ class SettleBatcher:
         self._waiting: dict[str, list[Handover]] = {}
         self._ready = anyio.Event()
 
-    def submit(self, lease: Lease, outcome: Outcome, task: str) -> None:
+    def submit(
+        self, lease: Lease, outcome: Outcome, task: str, seconds: float | None = None
+    ) -> None:
         """Hand a finished job's outcome over; its lease stays held (and renewed) until written."""
         self.book.mark_settling(lease)
-        self._waiting.setdefault(lease.job.queue, []).append(Handover(lease, outcome, task))
+        handover = Handover(lease, outcome, task, seconds)
+        self._waiting.setdefault(lease.job.queue, []).append(handover)
         self._ready.set()
         self.slots.fire()  # the handler is done: its slot is free for the next claim
 
@@ -101,7 +106,9 @@ class SettleBatcher:
             and result.status is SettleStatus.OK
             and isinstance(handover.outcome, Completion)
         ):
-            self.counters.completed += 1  # the hot path: nothing to log above info
+            counters = self.counters  # the hot path: nothing to log above info
+            counters.completed += 1
+            counters.settled(handover.lease.job.queue, handover.task, "completed", handover.seconds)
             return
         job = handover.lease.job
         facts = {"queue": job.queue, "job_id": job.id, "attempts": job.token, "task": handover.task}
@@ -114,7 +121,7 @@ class SettleBatcher:
             )
             return
         if result.status in (SettleStatus.OK, SettleStatus.SETTLED):
-            self._count(handover.outcome, result, facts)
+            self._count(handover, result, facts)
         elif result.status is SettleStatus.STALE:
             self.counters.fenced += 1
             self.log.warning("write_fenced", stale_token=job.token, current=result.detail, **facts)
@@ -123,17 +130,21 @@ class SettleBatcher:
                 "settle_refused", status=str(result.status), detail=result.detail, **facts
             )
 
-    def _count(self, outcome: Outcome, result: SettleResult, facts: dict[str, object]) -> None:
+    def _count(self, handover: Handover, result: SettleResult, facts: dict[str, object]) -> None:
+        outcome = handover.outcome
         repeated = result.status is SettleStatus.SETTLED
         if isinstance(outcome, Completion):
             self.counters.completed += 1
+            self._settled(handover, "completed")
             self.log.info("job_completed", repeated=repeated, **facts)
             return
         if result.detail == "dead":
             self.counters.dead_lettered += 1
+            self._settled(handover, "dead_lettered")
             self.log.warning("job_dead", error=outcome.error, repeated=repeated, **facts)
         else:
             self.counters.retried += 1
+            self._settled(handover, "retried")
             self.log.info(
                 "job_retried",
                 to=result.detail,
@@ -142,3 +153,6 @@ class SettleBatcher:
                 repeated=repeated,
                 **facts,
             )
+
+    def _settled(self, handover: Handover, outcome: str) -> None:
+        self.counters.settled(handover.lease.job.queue, handover.task, outcome, handover.seconds)

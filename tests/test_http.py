@@ -16,7 +16,8 @@ from redis.asyncio import Redis
 from emq_worker import App, JobContext, Producer, Worker, WorkerSettings
 from emq_worker.cli import main
 from emq_worker.errors import ConfigError
-from emq_worker.http import BEATS_FRESH, BeatNotifier, beat_stale, fetch
+from emq_worker.http import BEATS_FRESH, DURATION_LE, BeatNotifier, beat_stale, fetch
+from emq_worker.metrics import DURATION_BUCKETS, Durations
 from emq_worker.sdnotify import Notifier
 from emq_worker.supervisor import BACKOFF_CAP_S
 from tests.support.running import running_worker, worker_settings
@@ -81,6 +82,72 @@ async def test_metrics_count_jobs_and_read_queue_depths(
         for state in ("pending", "active", "scheduled", "dead")
     }
     assert depth == {"pending": 0, "active": 0, "scheduled": 1, "dead": 1}
+
+
+async def test_jobs_are_counted_and_timed_per_queue_and_task(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    app = App()
+
+    @app.task
+    async def slow(ctx: JobContext) -> None:
+        await asyncio.sleep(0.02)
+
+    @app.task(max_attempts=2)
+    async def broken(ctx: JobContext) -> None:
+        raise RuntimeError("broken")
+
+    producer = Producer(client)
+    for _ in range(3):
+        await producer.enqueue(queue_name, "slow")
+    await producer.enqueue(queue_name, "broken")
+    async with running_worker(http_settings(queue_name, redis_url), app) as worker:
+        await eventually(
+            lambda: _now(worker.counters.completed == 3 and worker.counters.dead_lettered == 1),
+            what="three completions and one dead letter",
+        )
+        status, body = await fetch(HOST, port_of(worker), "/metrics")
+    assert status == 200
+    got = samples(body)
+    jobs = {
+        (dict(labels)["task"], dict(labels)["outcome"]): value
+        for (name, labels), value in got.items()
+        if name == "emq_jobs_total" and dict(labels)["queue"] == queue_name
+    }
+    assert jobs == {
+        ("slow", "completed"): 3,
+        ("broken", "retried"): 1,
+        ("broken", "dead_lettered"): 1,
+    }
+    runs = {"slow": 3, "broken": 2}  # every handler run whose outcome was written
+    for task, count in runs.items():
+        labels = (("queue", queue_name), ("task", task))
+        assert got[("emq_job_duration_seconds_count", labels)] == count
+        assert got[("emq_job_duration_seconds_sum", labels)] > 0
+        buckets = [
+            got[("emq_job_duration_seconds_bucket", (("le", le), *labels))] for le in DURATION_LE
+        ]
+        assert buckets == sorted(buckets), "buckets are cumulative"
+        assert buckets[-1] == count  # +Inf holds every run
+    slow_labels = (("queue", queue_name), ("task", "slow"))
+    assert (
+        got[("emq_job_duration_seconds_bucket", (("le", "0.01"), *slow_labels))] == 0
+    )  # ran >= 20 ms
+    assert got[("emq_job_duration_seconds_sum", slow_labels)] >= 0.05  # three 20 ms sleeps
+
+
+def test_a_duration_on_a_bound_falls_in_that_bucket() -> None:
+    histogram = Durations()
+    for seconds in (0.0, 0.001, 0.0011, 300.0, 301.0):
+        histogram.observe(seconds)
+    assert histogram.count == 5
+    cumulative = dict(zip((*DURATION_BUCKETS, float("inf")), histogram.cumulative(), strict=True))
+    assert cumulative[0.001] == 2  # le is inclusive
+    assert cumulative[0.005] == 3
+    assert cumulative[60.0] == 3
+    assert cumulative[300.0] == 4
+    assert cumulative[float("inf")] == 5
+    assert histogram.sum == 0.0 + 0.001 + 0.0011 + 300.0 + 301.0
 
 
 async def test_two_workers_keep_their_own_metrics(
