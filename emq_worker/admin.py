@@ -335,6 +335,33 @@ async def remove_job(queue: Queue, job_id: JobId) -> None:
         raise UnknownJobError(queue.name, job_id)
 
 
+CANCEL_KEEP_MS = 24 * 3600 * 1000
+"""How long an unanswered cancel request is kept (a crashed holder's job is cancelled when it
+is claimed again, as long as the request lasts)."""
+
+
+class NotRunningError(AdminError):
+    def __init__(self, queue: str, job_id: str, where: str) -> None:
+        super().__init__(
+            f"job {job_id} in queue {queue!r} is not running ({where}); "
+            "`remove` deletes a job that is not held"
+        )
+
+
+async def cancel_job(queue: Queue, job_id: JobId) -> None:
+    """Ask the worker holding a running job to stop it: the request rides on its next renewal
+    sweep (no extra round trip for the worker), and the job is settled dead, fenced."""
+    where = await queue.state_of(job_id)
+    if where == "absent":
+        raise UnknownJobError(queue.name, job_id)
+    if where != JobState.ACTIVE:
+        raise NotRunningError(queue.name, job_id, where)
+    async with queue.client.pipeline(transaction=True) as pipe:
+        pipe.sadd(queue.keys.cancel, job_id)
+        pipe.pexpire(queue.keys.cancel, CANCEL_KEEP_MS)
+        await pipe.execute()
+
+
 # --- rendering ----------------------------------------------------------------------------
 
 

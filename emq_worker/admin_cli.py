@@ -310,4 +310,19 @@ def workers(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version
     click.echo(admin.table(header, rows))
 
 
-COMMANDS: tuple[click.Command, ...] = (stats, inspect, dead, pause, resume, remove, workers)
+@click.command()
+@click.argument("job_id", callback=_job_ids)
+@admin_queue_option
+@redis_url_option
+@wire_version_option
+def cancel(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None:
+    """Stop the running JOB_ID: its worker cancels it at its next renewal tick and settles it
+    dead with last_error "cancelled by an operator"."""
+    _on_queue(redis_url, wire_version, queue, lambda q: admin.cancel_job(q, job_id))
+    click.echo(
+        f"cancel requested for {job_id} in queue {queue!r}; its worker stops it within one "
+        "renewal tick (a third of the lease)"
+    )
+
+
+COMMANDS: tuple[click.Command, ...] = (stats, inspect, dead, pause, resume, remove, cancel, workers)

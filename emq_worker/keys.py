@@ -39,6 +39,8 @@ class QueueKeys:
     wake: str
     completed: str
     failed: str
+    cancel: str
+    """SET of running job ids an operator asked to cancel (read by the renewal sweep)."""
 
     @classmethod
     def of(cls, queue: str) -> QueueKeys:
@@ -54,6 +56,7 @@ class QueueKeys:
             wake=p + "wake",
             completed=p + "metrics:completed",
             failed=p + "metrics:failed",
+            cancel=p + "cancel",
         )
 
     def job(self, job_id: str) -> str:

@@ -26,6 +26,8 @@ class Lease:
     task: asyncio.Task[None] | None = None
     """The job's task once it runs: a lost lease cancels exactly this task."""
     lost: bool = False
+    cancel_requested: bool = False
+    """An operator asked to cancel this job: it is stopped and settled dead, still fenced."""
     settling: bool = False
     """The handler has returned and its outcome is being written; that write's own reply,
     not a concurrent renewal, decides what became of the job."""
@@ -33,6 +35,12 @@ class Lease:
     @property
     def held(self) -> HeldLease:
         return HeldLease(self.job.id, self.job.token, self.job.nonce)
+
+    def cancel(self) -> None:
+        """Stop the job at once; the runner settles it dead (the lease is still ours)."""
+        self.cancel_requested = True
+        if self.task is not None:
+            self.task.cancel()
 
     def lose(self) -> None:
         """Stop the job at once; its late result will never be written."""

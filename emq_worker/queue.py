@@ -119,7 +119,7 @@ class Queue:
             args: list[ArgValue] = [self.keys.prefix, lease_ms]
             for lease in leases[start : start + RENEW_CHUNK]:
                 args += [lease.id, lease.token, lease.nonce]
-            calls.append(([self.keys.active], args))
+            calls.append(([self.keys.active, self.keys.cancel], args))
         if len(calls) == 1:
             replies = [await self.scripts.call(self.client, "renew", *calls[0])]
         else:
@@ -148,7 +148,10 @@ class Queue:
             ]
         k = self.keys
         reply = await self.scripts.call(
-            self.client, "settle", [k.completed, k.schedule, k.dead, k.failed, k.wake], args
+            self.client,
+            "settle",
+            [k.completed, k.schedule, k.dead, k.failed, k.wake, k.cancel],
+            args,
         )
         results = settle_results(reply, len(outcomes))
         by_outcome = dict(zip(map(id, [*completions, *failures]), results, strict=True))

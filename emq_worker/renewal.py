@@ -19,6 +19,9 @@ from emq_worker.metrics import Counters
 from emq_worker.outcomes import LostLease
 from emq_worker.queue import Queue
 
+CANCEL = "cancel"
+"""What renew reports for a held lease whose job an operator asked to cancel."""
+
 
 class RenewalSweep:
     def __init__(
@@ -64,10 +67,21 @@ class RenewalSweep:
         lost_by_id = {item.id: item for item in lost}
         for lease in leases:
             item = lost_by_id.get(lease.job.id)
-            if item is None:
+            if item is None or item.current == CANCEL:
                 lease.confirmed_at = max(lease.confirmed_at, sent_at)
+            if item is None:
+                continue
+            if item.current == CANCEL:
+                self._cancel(lease)
             else:
                 self._lose(lease, item)
+
+    def _cancel(self, lease: Lease) -> None:
+        if lease.cancel_requested or lease.settling or not self.book.holds(lease):
+            return
+        job = lease.job
+        self.log.warning("job_cancel_requested", queue=job.queue, job_id=job.id, attempts=job.token)
+        lease.cancel()
 
     def _lose(self, lease: Lease, item: LostLease) -> None:
         if lease.settling or not self.book.holds(lease):

@@ -36,6 +36,9 @@ class Call:
     kwargs: dict[str, Any]
 
 
+CANCELLED = "cancelled by an operator"
+
+
 class JobRunner:
     def __init__(
         self,
@@ -56,11 +59,14 @@ class JobRunner:
         if lease.lost:
             return  # lost before it started: nothing ran, nothing to write
         job = lease.job
+        if lease.cancel_requested:  # cancelled before it started: dead, without running it
+            self.batcher.submit(lease, Failure(lease.held, 0, 0, CANCELLED), "(cancelled)")
+            return
         try:
             call = self._prepare(job)
         except (PayloadError, UnknownTaskError) as exc:
             # Retrying cannot help a job nobody can decode or run: dead-letter it at once.
-            self.batcher.submit(lease, Failure(lease.held, 0, 0, str(exc)), "(undecodable)")
+            self.batcher.submit(lease, Failure(lease.held, 0, 0, str(exc)), "(unrunnable)")
             return
         started = time.monotonic()
         outcome = await self._call(lease, call)
@@ -102,12 +108,14 @@ class JobRunner:
                         limiter=self.threads,
                     )
         except asyncio.CancelledError:
-            if not lease.lost:
+            if not (lease.lost or lease.cancel_requested):
                 raise  # the worker is stopping: the lease is handed back, not settled
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
-            return None
+            if lease.lost:
+                return None
+            return Failure(lease.held, 0, 0, CANCELLED)
         except Exception as exc:
             if timer.expired():
                 return self._failure(lease, task, f"timed out after {timeout_ms} ms")

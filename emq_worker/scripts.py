@@ -38,8 +38,8 @@ _ERROR_CLASSES: Final[dict[str, type[ProtocolReplyError]]] = {
 KEY_COUNTS: Final[dict[str, int]] = {
     "enqueue": 3,
     "claim": 4,
-    "renew": 1,
-    "settle": 5,
+    "renew": 2,
+    "settle": 6,
     "release": 3,
     "reap": 5,
     "promote": 3,

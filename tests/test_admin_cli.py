@@ -458,3 +458,32 @@ def test_workers_lists_what_each_live_worker_announced(redis_url: str, queue_nam
         "beat",
     ]
     assert json.loads(as_json.output)[queue_name] == [entry]
+
+
+def test_cancel_marks_a_running_job_and_refuses_one_that_is_not_running(
+    redis_url: str, queue_name: str
+) -> None:
+    async def setup() -> tuple[JobId, JobId]:
+        client = connect(redis_url, DEFAULT_WIRE_VERSION)
+        try:
+            producer = Producer(client)
+            running = (await producer.enqueue(queue_name, "charge")).job_id
+            await producer.queue(queue_name).claim(1, 60_000)
+            waiting = (await producer.enqueue(queue_name, "charge")).job_id
+            return running, waiting
+        finally:
+            await client.aclose()
+
+    running, waiting = anyio.run(setup)
+    runner = CliRunner()
+    ok = runner.invoke(main, ["cancel", running, "-q", queue_name, "--redis-url", redis_url])
+    assert ok.exit_code == 0, ok.output
+    assert "cancel requested" in ok.output
+    refused = runner.invoke(main, ["cancel", waiting, "-q", queue_name, "--redis-url", redis_url])
+    assert refused.exit_code == 1
+    assert "not running (pending)" in refused.output
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.smembers(f"emq:{{{queue_name}}}:cancel") == {running.encode()}
+    finally:
+        client.close()

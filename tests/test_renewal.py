@@ -105,10 +105,10 @@ async def test_k_held_leases_are_renewed_in_one_round_trip_per_tick(
         assert len({client_at for client_at, _ in group}) == 1, "one connection per tick"
         renewed: list[str] = []
         for _, words in group:
-            # EVALSHA sha numkeys KEYS[1] then ARGV: prefix, lease_ms, and one triple per lease.
-            assert words[2:4] == ["1", keys.active]
-            assert len(words) - 6 <= 3 * RENEW_CHUNK
-            renewed += words[6::3]
+            # EVALSHA sha numkeys KEYS[1..2] then ARGV: prefix, lease_ms, one triple per lease.
+            assert words[2:5] == ["2", keys.active, keys.cancel]
+            assert len(words) - 7 <= 3 * RENEW_CHUNK
+            renewed += words[7::3]
         assert sorted(renewed) == sorted(ids), "every held lease renewed once per tick"
     assert started == [1] * K
     assert attempts == [b"1"] * K

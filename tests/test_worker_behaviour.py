@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
+from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings, admin
 from emq_worker.keys import QueueKeys
 from emq_worker.outcomes import SettleStatus
 from emq_worker.queue import HeldLease
@@ -486,3 +486,36 @@ async def test_a_worker_announces_itself_while_it_runs_and_leaves_when_it_stops(
         assert entries[0]["pid"] == os.getpid()
         assert entries[0]["queues"] == [queue_name]
     assert await live_workers(client, queue_name) == []
+
+
+async def test_an_operator_cancels_a_running_job_through_the_renewal_sweep(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """`emq-worker cancel` only marks the job; the holder learns it from its next renewal (no
+    extra round trip), stops the handler and settles the job dead, fenced like any write."""
+    events: list[str] = []
+    app = App()
+
+    @app.task
+    async def long_job(ctx: JobContext) -> None:
+        events.append("started")
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            events.append("cancelled")
+            raise
+
+    producer = Producer(client)
+    job = (await producer.enqueue(queue_name, "long_job")).job_id
+    queue = producer.queue(queue_name)
+    options = settings(queue_name, redis_url, lease_ms=900, renew_every_ms=100)
+    async with running_worker(options, app) as worker:
+        await until(lambda: events == ["started"], what="the job running")
+        await admin.cancel_job(queue, job)
+        await until(lambda: worker.counters.dead_lettered == 1, what="the job settled dead")
+    assert events == ["started", "cancelled"]
+    row = await queue.get_job(job)
+    assert row is not None
+    assert (row["state"], row["last_error"]) == ("dead", "cancelled by an operator")
+    assert await client.scard(queue.keys.cancel) == 0
+    assert worker.counters.fenced == worker.counters.leases_lost == 0

@@ -6,6 +6,7 @@
 -- KEYS[3] = emq:{q}:dead
 -- KEYS[4] = emq:{q}:metrics:failed
 -- KEYS[5] = emq:{q}:wake
+-- KEYS[6] = emq:{q}:cancel (a settled job's cancel request, if any, is answered and removed)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = receipt_ms: how long each holder's receipt answers a re-sent settle
 -- ARGV[3] = n, the number of completions that follow
@@ -34,7 +35,12 @@ local p, receipt_ms, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reply, completed, woken = {}, 0, 0
 local now = nil
 
+local cancels = redis.call('SCARD', KEYS[6]) > 0
+
 local function answer(row, id, token, nonce, outcome)
+  if cancels then
+    redis.call('SREM', KEYS[6], id)
+  end
   redis.call('SET', row .. ':receipt', token .. ':' .. nonce .. ':' .. outcome, 'PX', receipt_ms)
   reply[#reply + 1] = 'ok'
   reply[#reply + 1] = outcome
