@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from emq_worker.cli import main
 from emq_worker.config import WorkerSettings
 from emq_worker.connection import redacted
 from emq_worker.errors import ConfigError
-from tests.support.server import RedisServer, free_port
+from tests.support.server import REDIS_SERVER, RedisServer, free_port
+from tests.support.wait import eventually_sync
 
 PASSWORD = "s3cret-Pa55"
 
@@ -119,3 +121,140 @@ def test_a_worker_that_cannot_reach_redis_at_start_says_so_and_exits_1() -> None
     assert "Traceback" not in result.output
     assert "Redis at redis://emq:***@127.0.0.1" in result.output
     assert PASSWORD not in result.output
+
+
+def _certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A throwaway CA and a server certificate for 127.0.0.1, made with the openssl CLI."""
+    ca_key, ca, key, csr, cert = (
+        directory / n for n in ("ca.key", "ca.pem", "s.key", "s.csr", "s.pem")
+    )
+    ext = directory / "ext.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+    steps = [
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=emq-test-ca",
+            "-keyout",
+            ca_key,
+            "-out",
+            ca,
+        ],
+        [
+            "openssl",
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            key,
+            "-out",
+            csr,
+        ],
+        [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            csr,
+            "-CA",
+            ca,
+            "-CAkey",
+            ca_key,
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            ext,
+            "-out",
+            cert,
+        ],
+    ]
+    for step in steps:
+        subprocess.run([str(arg) for arg in step], check=True, capture_output=True)
+    return ca, cert, key
+
+
+def test_a_worker_speaks_tls_with_rediss(tmp_path: Path, queue_name: str) -> None:
+    ca, cert, key = _certificates(tmp_path)
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            REDIS_SERVER,
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            str(cert),
+            "--tls-key-file",
+            str(key),
+            "--tls-ca-cert-file",
+            str(ca),
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        probe = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(ca))
+        eventually_sync(lambda: _answers(probe), what="the TLS server answering")
+        probe.close()
+        url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca}"
+        runner = CliRunner()
+        enqueued = runner.invoke(
+            main,
+            ["enqueue", "--queue", queue_name, "charge", '{"order_id": "T1", "amount": 9}'],
+            env={"EMQ_REDIS_URL": url},
+        )
+        assert enqueued.exit_code == 0, enqueued.output
+        ran = runner.invoke(
+            main,
+            [
+                "run",
+                "--queue",
+                queue_name,
+                "--app",
+                "emq_worker.examples.orders:app",
+                "--burst",
+                "--beat-ms",
+                "50",
+                "--log-format",
+                "json",
+            ],
+            env={"EMQ_REDIS_URL": url},
+        )
+        assert ran.exit_code == 0, ran.output
+        check = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(ca))
+        try:
+            assert check.hget(f"emq:{{{queue_name}}}:metrics:completed", "count") == b"1"
+        finally:
+            check.close()
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.exceptions.RedisError:
+        return False
