@@ -157,6 +157,14 @@ class WorkerCollector(Collector):
         for labels, value in c.by_task.items():
             jobs.add_metric(labels, value)
         yield jobs
+        events = CounterMetricFamily(
+            "emq_queue_events",
+            "Lease events per queue: claimed, reaped (back to pending or dead), fenced writes.",
+            labels=["queue", "event"],
+        )
+        for (queue, event), count in c.by_queue.items():
+            events.add_metric([queue, event], count)
+        yield events
         durations = HistogramMetricFamily(
             "emq_job_duration_seconds",
             "Time the handler ran, per queue and task, for the jobs counted in emq_jobs_total.",

@@ -61,6 +61,9 @@ class Counters:
     renew_failures: int = 0
     by_task: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     """Settled jobs per (queue, task, outcome); outcome is completed, retried or dead_lettered."""
+    by_queue: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Lease events per (queue, event): claimed, reaped, fenced (once per claim or reap call,
+    or per fenced write: never per job on the hot path)."""
     durations: dict[tuple[str, str], Durations] = field(default_factory=dict)
     """Handler run times per (queue, task), of the jobs counted in `by_task`."""
 

@@ -91,6 +91,7 @@ class RenewalSweep:
         self.counters.leases_lost += 1
         if stale:
             self.counters.fenced += 1
+            self.counters.by_queue[(job.queue, "fenced")] += 1
         self.log.warning(
             "lease_lost",
             queue=job.queue,

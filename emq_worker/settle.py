@@ -124,6 +124,7 @@ class SettleBatcher:
             self._count(handover, result, facts)
         elif result.status is SettleStatus.STALE:
             self.counters.fenced += 1
+            self.counters.by_queue[(job.queue, "fenced")] += 1
             self.log.warning("write_fenced", stale_token=job.token, current=result.detail, **facts)
         else:
             self.log.warning(

@@ -142,6 +142,8 @@ class Supervisor:
                 result = await queue.reap(self.settings.reap_batch, self.reap_max_attempts)
                 self.counters.reaped += result.returned
                 self.counters.reaped_dead += result.dead
+                if result.returned or result.dead:
+                    self.counters.by_queue[(queue.name, "reaped")] += result.returned + result.dead
                 self.counters.phantoms += result.phantoms
                 if self._log_jobs:
                     for job_id, outcome in result.jobs:
@@ -195,6 +197,8 @@ class Supervisor:
                             "job_claimed", queue=job.queue, job_id=job.id, attempts=job.token
                         )
                 self.counters.claimed += len(result.jobs)
+                if result.jobs:
+                    self.counters.by_queue[(queue.name, "claimed")] += len(result.jobs)
                 drained.claimed += len(result.jobs)
                 if len(result.jobs) + result.phantoms < min(free, CLAIM_BATCH):
                     break
