@@ -70,35 +70,9 @@ def test_an_acl_user_with_a_password_works_and_a_wrong_one_is_refused(
         admin.acl_setuser("default", enabled=False)
         admin.close()
         good = f"redis://emq:{PASSWORD}@127.0.0.1:{server.port}/0"
-        runner = CliRunner()
-        enqueued = runner.invoke(
-            main,
-            ["enqueue", "--queue", queue_name, "charge", '{"order_id": "A1", "amount": 5}'],
-            env={"EMQ_REDIS_URL": good},
-        )
-        assert enqueued.exit_code == 0, enqueued.output
-        ran = runner.invoke(
-            main,
-            [
-                "run",
-                "--queue",
-                queue_name,
-                "--app",
-                "emq_worker.examples.orders:app",
-                "--burst",
-                "--beat-ms",
-                "50",
-                "--log-format",
-                "json",
-            ],
-            env={"EMQ_REDIS_URL": good},
-        )
-        assert ran.exit_code == 0, ran.output
         check = redis.Redis(port=server.port, username="emq", password=PASSWORD)
-        try:
-            assert check.hget(f"emq:{{{queue_name}}}:metrics:completed", "count") == b"1"
-        finally:
-            check.close()
+        _enqueue_and_run_one(good, queue_name, check)
+        runner = CliRunner()
         bad = runner.invoke(
             main,
             ["enqueue", "--queue", queue_name, "charge", "{}"],
@@ -219,35 +193,8 @@ def test_a_worker_speaks_tls_with_rediss(tmp_path: Path, queue_name: str) -> Non
         eventually_sync(lambda: _answers(probe), what="the TLS server answering")
         probe.close()
         url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca}"
-        runner = CliRunner()
-        enqueued = runner.invoke(
-            main,
-            ["enqueue", "--queue", queue_name, "charge", '{"order_id": "T1", "amount": 9}'],
-            env={"EMQ_REDIS_URL": url},
-        )
-        assert enqueued.exit_code == 0, enqueued.output
-        ran = runner.invoke(
-            main,
-            [
-                "run",
-                "--queue",
-                queue_name,
-                "--app",
-                "emq_worker.examples.orders:app",
-                "--burst",
-                "--beat-ms",
-                "50",
-                "--log-format",
-                "json",
-            ],
-            env={"EMQ_REDIS_URL": url},
-        )
-        assert ran.exit_code == 0, ran.output
         check = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(ca))
-        try:
-            assert check.hget(f"emq:{{{queue_name}}}:metrics:completed", "count") == b"1"
-        finally:
-            check.close()
+        _enqueue_and_run_one(url, queue_name, check)
     finally:
         server.kill()
         server.wait(timeout=10)
@@ -258,3 +205,20 @@ def _answers(client: redis.Redis) -> bool:
         return bool(client.ping())
     except redis.exceptions.RedisError:
         return False
+
+
+def _enqueue_and_run_one(url: str, queue_name: str, check: redis.Redis) -> None:
+    """Through the CLI at `url`: enqueue one order, run a burst worker, see it completed."""
+    runner = CliRunner()
+    order = '{"order_id": "A1", "amount": 5}'
+    enqueued = runner.invoke(
+        main, ["enqueue", "--queue", queue_name, "charge", order], env={"EMQ_REDIS_URL": url}
+    )
+    assert enqueued.exit_code == 0, enqueued.output
+    run = ["run", "--queue", queue_name, "--app", "emq_worker.examples.orders:app", "--burst"]
+    ran = runner.invoke(main, [*run, "--beat-ms", "50"], env={"EMQ_REDIS_URL": url})
+    assert ran.exit_code == 0, ran.output
+    try:
+        assert check.hget(f"emq:{{{queue_name}}}:metrics:completed", "count") == b"1"
+    finally:
+        check.close()
