@@ -94,8 +94,7 @@ def _queue_names(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     return tuple(_queue_name(ctx, param, name) for name in split_queues(values))
 
 
-@click.command()
-@click.option(
+queues_option = click.option(
     "--queue",
     "-q",
     "queues",
@@ -103,8 +102,12 @@ def _queue_names(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     show_envvar=True,
     envvar="EMQ_QUEUES",
     callback=_queue_names,
-    help="Queue to report; repeat for several. Default: every queue a bounded SCAN finds.",
+    help="Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
 )
+
+
+@click.command()
+@queues_option
 @json_option
 @redis_url_option
 @wire_version_option
@@ -266,16 +269,7 @@ def remove(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None
 
 
 @click.command()
-@click.option(
-    "--queue",
-    "-q",
-    "queues",
-    multiple=True,
-    show_envvar=True,
-    envvar="EMQ_QUEUES",
-    callback=_queue_names,
-    help="Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
-)
+@queues_option
 @json_option
 @redis_url_option
 @wire_version_option
