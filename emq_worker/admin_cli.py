@@ -278,7 +278,11 @@ def workers(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version
 
     async def read(client: Redis, scripts: Scripts) -> dict[str, list[dict[str, object]]]:
         names = queues or (await admin.discover_queues(client)).queues
-        return {name: await live_workers(client, name) for name in names}
+        found = {name: await live_workers(client, name) for name in names}
+        for name in queues:
+            if not found[name]:
+                await admin.open_queue(client, scripts, name)  # an unknown queue is an error
+        return found
 
     found = _admin(redis_url, wire_version, read)
     if as_json:

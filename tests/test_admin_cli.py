@@ -487,3 +487,9 @@ def test_cancel_marks_a_running_job_and_refuses_one_that_is_not_running(
         assert client.smembers(f"emq:{{{queue_name}}}:cancel") == {running.encode()}
     finally:
         client.close()
+
+
+def test_workers_on_an_unknown_queue_is_an_error_naming_it(redis_url: str, queue_name: str) -> None:
+    result = CliRunner().invoke(main, ["workers", "-q", queue_name, "--redis-url", redis_url])
+    assert result.exit_code == 1
+    assert f"no such queue {queue_name!r}" in result.output
