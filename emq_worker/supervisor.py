@@ -79,6 +79,7 @@ class Supervisor:
         self._park_scope: anyio.CancelScope | None = None
         self._next_beat = 0.0
         self._next_due: float | None = None
+        self._woken = False
         self._paused_seen: set[str] = set()
 
     def request_stop(self) -> None:
@@ -123,6 +124,11 @@ class Supervisor:
         elif self._next_due is not None and now >= self._next_due:
             await self.promote()  # a scheduled job fell due between beats
         drained = await self.drain(jobs)
+        if self._woken and drained.claimed == 0:
+            # Woken with nothing to claim: the wake announced a scheduled job (or a retry
+            # scheduled by a worker); promote learns its due time so the park ends on time.
+            await self.promote()
+        self._woken = False
         idle = drained.claimed == 0 and len(self.book) == 0 and self._next_due is None
         if idle and self.settings.burst:
             await self.promote()  # a job failed since the beat may have been scheduled
@@ -241,7 +247,8 @@ class Supervisor:
                         await self.slots.arm().wait()
                 else:
                     wake_keys = [queue.keys.wake for queue in self.queues]
-                    await self.client.blpop(wake_keys, timeout=max(0.01, round(timeout, 3)))
+                    woken = await self.client.blpop(wake_keys, timeout=max(0.01, round(timeout, 3)))
+                    self._woken = woken is not None
             finally:
                 self._park_scope = None
 

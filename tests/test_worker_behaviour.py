@@ -519,3 +519,27 @@ async def test_an_operator_cancels_a_running_job_through_the_renewal_sweep(
     assert (row["state"], row["last_error"]) == ("dead", "cancelled by an operator")
     assert await client.scard(queue.keys.cancel) == 0
     assert worker.counters.fenced == worker.counters.leases_lost == 0
+
+
+async def test_a_parked_worker_learns_of_a_delayed_job_or_retry_and_runs_it_on_time(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """With a 5 s beat, a job enqueued for +300 ms while the worker is parked, and a retry
+    scheduled 300 ms after a failure, each run about 300 ms later, not at the next beat."""
+    started: list[int] = []
+    app = App()
+
+    @app.task(backoff=Fixed(300), max_attempts=2)
+    async def flaky(ctx: JobContext) -> None:
+        started.append(await server_ms(client))
+        if ctx.attempt == 1:
+            raise RuntimeError("first time fails")
+
+    options = settings(queue_name, redis_url, beat_ms=5_000)
+    async with running_worker(options, app) as worker:
+        enqueued_at = await server_ms(client)
+        await Producer(client).enqueue(queue_name, "flaky", delay_ms=300)
+        await until(lambda: worker.counters.completed == 1, what="the retry completed", within=4)
+    first, second = started
+    assert 300 <= first - enqueued_at < 1_500
+    assert 300 <= second - first < 1_500

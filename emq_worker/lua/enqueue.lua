@@ -22,6 +22,7 @@ for i = 2, #ARGV, 4 do
 end
 local replies, ready = {}, {}
 local now = nil
+local scheduled = 0
 for i = 2, #ARGV, 4 do
   local id, payload, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local row = p .. 'job:' .. id
@@ -40,6 +41,7 @@ for i = 2, #ARGV, 4 do
     end
     redis.call('HSET', row, 'state', 'scheduled', 'attempts', '0', 'payload', payload)
     redis.call('ZADD', KEYS[2], at, id)
+    scheduled = scheduled + 1
     replies[#replies + 1] = 1
   end
 end
@@ -47,5 +49,7 @@ end
 for first = 1, #ready, 1000 do
   redis.call('ZADD', KEYS[1], unpack(ready, first, math.min(first + 999, #ready)))
 end
-wake(KEYS[3], #ready / 2)
+-- Ready jobs wake one parked worker each; scheduled ones wake one worker in all, which then
+-- learns the new earliest due time (and parks until exactly then rather than a whole beat).
+wake(KEYS[3], #ready / 2 + math.min(scheduled, 1))
 return replies

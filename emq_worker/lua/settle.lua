@@ -32,7 +32,7 @@
 --- @include now_ms
 --- @include fence
 local p, receipt_ms, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local reply, completed, woken = {}, 0, 0
+local reply, completed, woken, scheduled = {}, 0, 0, 0
 local now = nil
 
 local cancels = redis.call('SCARD', KEYS[6]) > 0
@@ -84,6 +84,7 @@ for i = failures_from, #ARGV, 6 do
       outcome = 'scheduled'
       now = now or now_ms()
       redis.call('ZADD', KEYS[2], now + delay, id)
+      scheduled = 1
     end
     redis.call('HSET', row, 'state', outcome, 'last_error', ARGV[i + 5])
     redis.call('DEL', row .. ':lock')
@@ -93,5 +94,7 @@ end
 if completed > 0 then
   redis.call('HINCRBY', KEYS[1], 'count', completed)
 end
-wake(KEYS[5], woken)
+-- One wake per job back in pending, and one in all for retries scheduled later: a parked worker
+-- learns their due time and parks until exactly then instead of a whole beat.
+wake(KEYS[5], woken + scheduled)
 return reply
