@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 from arq import Worker, create_pool  # type: ignore[import-not-found]
@@ -18,11 +17,10 @@ from arq.connections import RedisSettings  # type: ignore[import-not-found]
 from bench.runners.common import (
     Tally,
     concurrently,
-    drain_with,
     emit,
     exit_on_crash,
-    hold_with,
     paced,
+    peer_modes,
     run_peer,
 )
 
@@ -119,21 +117,14 @@ async def start_worker(cfg: dict[str, Any], n: int) -> tuple[Any, asyncio.Event,
     return worker, all_started, all_done
 
 
-async def drain(cfg: dict[str, Any]) -> None:
-    await drain_with(start_worker, lambda worker: worker.jobs_complete, TALLY, cfg)
-
-
-async def hold_jobs(cfg: dict[str, Any]) -> None:
-    await hold_with(start_worker, cfg)
-
-
-MODES: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, None]]] = {
-    "enqueue": enqueue,
-    "fill": fill,
-    "produce": produce,
-    "drain": drain,
-    "hold": hold_jobs,
-}
+MODES = peer_modes(
+    enqueue=enqueue,
+    fill=fill,
+    produce=produce,
+    start_worker=start_worker,
+    completed=lambda worker: worker.jobs_complete,
+    tally=TALLY,
+)
 
 
 def main() -> None:

@@ -204,7 +204,30 @@ async def hold_with(start_worker: StartWorker, cfg: dict[str, Any]) -> None:
     await asyncio.Event().wait()
 
 
-def run_peer(modes: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, None]]]) -> None:
+Mode = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
+
+
+def peer_modes(
+    *,
+    enqueue: Mode,
+    fill: Mode,
+    produce: Mode,
+    start_worker: StartWorker,
+    completed: Callable[[Any], int],
+    tally: Any,
+) -> dict[str, Mode]:
+    """A peer runner's modes: its own producers, and drain/hold around its worker."""
+
+    async def drain(cfg: dict[str, Any]) -> None:
+        await drain_with(start_worker, completed, tally, cfg)
+
+    async def hold(cfg: dict[str, Any]) -> None:
+        await hold_with(start_worker, cfg)
+
+    return {"enqueue": enqueue, "fill": fill, "produce": produce, "drain": drain, "hold": hold}
+
+
+def run_peer(modes: dict[str, Mode]) -> None:
     """A peer runner's main: read the config, run the mode it names."""
     cfg = config()
     maybe_uvloop(cfg)
