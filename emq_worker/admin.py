@@ -18,12 +18,9 @@ from emq_worker.keys import QueueKeys, validate_queue_name
 from emq_worker.outcomes import text
 from emq_worker.protocol import Field, JobId, JobState
 from emq_worker.queue import Counts, Queue
+from emq_worker.scan import SCAN_BUDGET, SCAN_COUNT, BoundedScan
 from emq_worker.scripts import Scripts
 
-SCAN_COUNT = 1000
-"""COUNT hint of each SCAN call."""
-SCAN_BUDGET = 10_000
-"""Discovery stops after about this many keys examined (SCAN_BUDGET // SCAN_COUNT calls)."""
 DEAD_PAGE = 1000
 PAYLOAD_SHOWN = 2000
 """Characters of a payload `inspect` shows; the rest is summarised."""
@@ -84,14 +81,10 @@ async def discover_queues(
 ) -> Discovery:
     """Queue names found by a bounded `SCAN MATCH emq:{*}:*`, sorted and de-duplicated."""
     found: set[str] = set()
-    cursor, calls = 0, 0
-    while calls * count < budget:
-        cursor, keys = await client.scan(cursor, match="emq:{*}:*", count=count)
-        calls += 1
+    scan = BoundedScan(client, "emq:{*}:*", budget=budget, count=count)
+    async for keys in scan.pages():
         found.update(q for q in map(queue_of_key, keys) if q is not None)
-        if cursor == 0:
-            return Discovery(tuple(sorted(found)), True, calls)
-    return Discovery(tuple(sorted(found)), False, calls)
+    return Discovery(tuple(sorted(found)), scan.complete, scan.calls)
 
 
 async def open_queue(client: Redis, scripts: Scripts, name: str) -> Queue:
@@ -102,15 +95,11 @@ async def open_queue(client: Redis, scripts: Scripts, name: str) -> Queue:
     if await client.exists(k.pending, k.active, k.schedule, k.dead, k.meta, k.completed, k.failed):
         return queue
     # Only job rows left (state "unknown")? Look for any key under the prefix, within a budget.
-    cursor, calls = 0, 0
-    while calls * SCAN_COUNT < SCAN_BUDGET:
-        cursor, keys = await client.scan(cursor, match=k.prefix + "*", count=SCAN_COUNT)
-        calls += 1
+    scan = BoundedScan(client, k.prefix + "*")
+    async for keys in scan.pages():
         if keys:
             return queue
-        if cursor == 0:
-            raise UnknownQueueError(name)
-    raise UnknownQueueError(name, certain=False)
+    raise UnknownQueueError(name, certain=scan.complete)
 
 
 # --- stats --------------------------------------------------------------------------------

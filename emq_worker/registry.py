@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from emq_worker.keys import QueueKeys
+from emq_worker.scan import BoundedScan
 
 BEATS_TO_LIVE = 3
 MIN_TTL_MS = 10_000
@@ -75,21 +76,12 @@ class WorkerRegistry:
         await self.client.delete(*(worker_key(keys, self.id) for keys in self.keys))
 
 
-SCAN_COUNT = 1000
-SCAN_BUDGET = 10_000
-
-
 async def live_workers(client: Redis, queue: str) -> list[dict[str, object]]:
     """Every worker whose entry on `queue` has not expired, oldest first (a bounded SCAN)."""
     pattern = worker_key(QueueKeys.of(queue), "*")
     keys: list[bytes | str] = []
-    cursor, calls = 0, 0
-    while calls * SCAN_COUNT < SCAN_BUDGET:
-        cursor, found = await client.scan(cursor, match=pattern, count=SCAN_COUNT)
-        keys += found
-        calls += 1
-        if cursor == 0:
-            break
+    async for page in BoundedScan(client, pattern).pages():
+        keys += page
     entries = await client.mget(keys) if keys else []
     workers = []
     for entry in entries:
