@@ -13,6 +13,7 @@ from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
 from emq_worker.keys import QueueKeys
 from emq_worker.queue import RENEW_CHUNK, HeldLease
 from emq_worker.scripts import Scripts
+from tests.support.apps import cancellable_app
 from tests.support.running import running_worker, worker_settings
 from tests.support.server import RedisServer
 from tests.support.wait import until
@@ -122,17 +123,7 @@ async def test_a_lease_the_server_reports_lost_cancels_its_job_and_writes_nothin
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
     events: list[str] = []
-    app = App()
-
-    @app.task
-    async def long_job(ctx: JobContext) -> None:
-        events.append("started")
-        try:
-            await anyio.sleep(30)
-        except anyio.get_cancelled_exc_class():
-            events.append("cancelled")
-            raise
-        events.append("finished")
+    app = cancellable_app(events)
 
     producer = Producer(client)
     job = (await producer.enqueue(queue_name, "long_job")).job_id
@@ -162,16 +153,7 @@ async def test_a_worker_that_cannot_renew_for_a_whole_lease_gives_its_leases_up(
 ) -> None:
     lease_ms, renew_ms = 600, 200
     events: list[str] = []
-    app = App()
-
-    @app.task
-    async def long_job(ctx: JobContext) -> None:
-        events.append("started")
-        try:
-            await anyio.sleep(30)
-        except anyio.get_cancelled_exc_class():
-            events.append("cancelled")
-            raise
+    app = cancellable_app(events)
 
     with RedisServer(tmp_path / "r") as server:
         options = settings(

@@ -20,6 +20,7 @@ from emq_worker.queue import HeldLease
 from emq_worker.registry import live_workers
 from emq_worker.retry import Backoff, Exponential, Fixed
 from emq_worker.scripts import Scripts
+from tests.support.apps import cancellable_app
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually, until
 
@@ -494,16 +495,7 @@ async def test_an_operator_cancels_a_running_job_through_the_renewal_sweep(
     """`emq-worker cancel` only marks the job; the holder learns it from its next renewal (no
     extra round trip), stops the handler and settles the job dead, fenced like any write."""
     events: list[str] = []
-    app = App()
-
-    @app.task
-    async def long_job(ctx: JobContext) -> None:
-        events.append("started")
-        try:
-            await anyio.sleep(30)
-        except anyio.get_cancelled_exc_class():
-            events.append("cancelled")
-            raise
+    app = cancellable_app(events)
 
     producer = Producer(client)
     job = (await producer.enqueue(queue_name, "long_job")).job_id
