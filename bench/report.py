@@ -88,6 +88,20 @@ def rows(plan: Plan) -> list[Row]:
             f"pickup latency at {plan.load_rate:.0f} jobs/s, p99 ms",
             "lower",
         ),
+        Row(
+            "floor.handoff.p50_ms",
+            "floor: bare LPUSH -> BLPOP hand-off idle, p50 ms",
+            "lower",
+            True,
+        ),
+        Row(
+            "floor.handoff.p99_ms",
+            "floor: bare LPUSH -> BLPOP hand-off idle, p99 ms",
+            "lower",
+            True,
+        ),
+        Row("floor.ping.p50_ms", "floor: one PING from an idle process, p50 ms", "lower", True),
+        Row("floor.ping.p99_ms", "floor: one PING from an idle process, p99 ms", "lower", True),
     ]
     for k in plan.renew_ks:
         key, what = f"renewal.k{k}", f"renewal K={k}"

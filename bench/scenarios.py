@@ -6,6 +6,7 @@ the caller repeats it and takes medians. Every measurement starts from an empty 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 
@@ -93,6 +94,31 @@ def latency(h: Harness, system: System) -> None:
         h.record(system, f"latency.{phase}.p50_ms", done["p50_ms"])
         h.record(system, f"latency.{phase}.p99_ms", done["p99_ms"])
         h.note(system, f"latency.{phase}.max_ms", done["max_ms"])
+    if system.name == "emq":
+        transport_floor(h, system)
+
+
+def transport_floor(h: Harness, system: System) -> None:
+    """The same idle pacing with no queue at all: a bare LPUSH -> BLPOP hand-off between the
+    same cores, and a lone PING from an idle process (the floor any pickup pays, recorded next
+    to emq-worker's figures since it is the same for every system)."""
+    plan = h.plan
+    h.redis.flush()
+    floor = dataclasses.replace(system, module="bench.runners.floor_runner")
+    n = plan.idle_probes
+    with h.launch(floor, {"mode": "consume", "n": n}, h.cores.worker) as consumer:
+        consumer.wait("ready", READY_TIMEOUT_S)
+        with h.launch(
+            floor, {"mode": "produce", "n": n, "rate": plan.idle_rate}, h.cores.driver
+        ) as producer:
+            pings = producer.wait("done", 60 + n / plan.idle_rate)
+            producer.finish()
+        handoff = consumer.wait("done", READY_TIMEOUT_S)
+        consumer.finish()
+    h.record(system, "floor.handoff.p50_ms", handoff["p50_ms"])
+    h.record(system, "floor.handoff.p99_ms", handoff["p99_ms"])
+    h.record(system, "floor.ping.p50_ms", pings["p50_ms"])
+    h.record(system, "floor.ping.p99_ms", pings["p99_ms"])
 
 
 def roundtrips(h: Harness, system: System) -> None:
