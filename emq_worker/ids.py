@@ -118,3 +118,16 @@ class SnowflakeMinter:
 
     def job_id(self) -> JobId:
         return JobId(encode(JOB_NAMESPACE, self.next()))
+
+    def job_ids(self, count: int) -> list[JobId]:
+        """`count` ids from consecutive cells, reserved under one lock (a bulk enqueue)."""
+        if count <= 0:
+            return []
+        with self._lock:
+            first = max((self._now_ms() - EPOCH_MS) << 12, self._last + 1)
+            self._last = first + count - 1
+        node = self.node_id << 12
+        return [
+            JobId("JOB" + encode_base62(((cell >> 12) << 22) | node | (cell & 0xFFF)))
+            for cell in range(first, first + count)
+        ]

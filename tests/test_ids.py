@@ -56,6 +56,21 @@ def test_a_burst_beyond_4096_per_ms_borrows_from_the_next_ms() -> None:
     assert ids.unix_ms(minted[-1]) == 1_800_000_000_001
 
 
+def test_a_bulk_mint_equals_one_by_one_minting_and_keeps_the_order() -> None:
+    """job_ids(n) reserves n cells at once (a bulk enqueue); the ids are those one-by-one
+    minting would give: in order, the node id in place, a 4096 burst spilling into the next ms."""
+    clock = lambda: 1_800_000_000_000  # noqa: E731
+    bulk, single = ids.SnowflakeMinter(7, clock), ids.SnowflakeMinter(7, clock)
+    minted = bulk.job_ids(5000)
+    assert minted == [single.job_id() for _ in range(5000)]
+    assert minted == sorted(set(minted))
+    assert bulk.job_id() > minted[-1]
+    assert bulk.job_ids(0) == []
+    _, last = ids.parse(minted[-1])
+    assert ids.unix_ms(last) == 1_800_000_000_001
+    assert (last >> 12) & 0x3FF == 7
+
+
 def test_node_id_out_of_range_is_named() -> None:
     with pytest.raises(ConfigError, match="got 1024"):
         ids.SnowflakeMinter(node_id=1024)
