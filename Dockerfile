@@ -4,8 +4,9 @@
 #   docker run --init -e EMQ_REDIS_URL=redis://valkey:6379/0 emq-worker
 #   docker stop -t 40 <container>
 #
-# Stage 1 builds the project's wheel and installs it (with the `fast` extra: orjson, uvloop) into
-# a virtualenv; stage 2 is a clean slim Python with only that virtualenv, run as a non-root user.
+# Stage 1 builds the project's wheel and installs it (with the `fast` extra: orjson, uvloop; and
+# `dashboard`: Starlette, uvicorn, Jinja2, which the worker never imports) into a virtualenv;
+# stage 2 is a clean slim Python with only that virtualenv, run as a non-root user.
 # Both stages use the same base image, so the venv's interpreter link resolves in the final one.
 
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -19,7 +20,7 @@ COPY pyproject.toml README.md ./
 COPY emq_worker ./emq_worker
 RUN python -m venv /opt/emq-worker \
     && python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
-    && /opt/emq-worker/bin/pip install --no-cache-dir "$(ls /wheels/emq_worker-*.whl)[fast]"
+    && /opt/emq-worker/bin/pip install --no-cache-dir "$(ls /wheels/emq_worker-*.whl)[fast,dashboard]"
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="emq-worker" \

@@ -1,0 +1,108 @@
+"""The actions: POST only, each refused unless actions are on, the form carries our CSRF token
+and the request comes from our own origin. Each reuses an admin verb and redirects back with a
+one-line message (post/redirect/get, so a reload does not repeat it)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+
+from emq_worker import admin, ids
+from emq_worker.dashboard.forms import read_form
+from emq_worker.dashboard.runtime import dashboard, flash, render
+from emq_worker.dashboard.security import CSRF_FIELD, cross_origin
+from emq_worker.dashboard.views import job_param, open_queue
+from emq_worker.errors import ConfigError
+from emq_worker.protocol import JobId
+
+Action = Callable[[Request, FormData], Awaitable[Response]]
+
+
+def guarded(action: Action) -> Callable[[Request], Awaitable[Response]]:
+    """Refuse unless actions are on and the form is ours; then run `action`."""
+
+    async def endpoint(request: Request) -> Response:
+        guard = dashboard(request).guard
+        if not guard.allow_actions:
+            return PlainTextResponse(
+                "actions are off: start the dashboard with --allow-actions", status_code=403
+            )
+        cross = cross_origin(request)  # before reading a byte of another site's form
+        if cross:
+            return PlainTextResponse(cross, status_code=403)
+        form = await read_form(request)
+        refusal = guard.refuse_post(request, str(form.get(CSRF_FIELD, "")))
+        if refusal:
+            return PlainTextResponse(refusal, status_code=403)
+        return await action(request, form)
+
+    return endpoint
+
+
+def back(to: str, message: str) -> Response:
+    return flash(RedirectResponse(to, status_code=303), message)
+
+
+def chosen_ids(form: FormData) -> list[JobId] | None:
+    """The dead jobs a form names (job_id fields), or None when it says all=1."""
+    named = [ids.job_id(str(value)) for value in form.getlist("job_id")]
+    if form.get("all") == "1":
+        if named:
+            raise ConfigError("name dead jobs or ask for all of them, not both")
+        return None
+    if not named:
+        raise ConfigError("no dead job named: pick one, or ask for all of them")
+    return named
+
+
+def summary(verb: str, queue: str, result: admin.BulkResult) -> str:
+    skipped = "".join(f"; skipped {job_id}: {why}" for job_id, why in result.skipped[:5])
+    return f"{verb} {result.done} dead job(s) in queue {queue!r}{skipped}"
+
+
+async def _pause(request: Request, form: FormData) -> Response:
+    queue = await open_queue(request)
+    was = await admin.set_paused(queue, True)
+    done = "was already paused" if was else "paused: workers stop claiming at their next claim"
+    return back(f"/queues/{queue.name}", f"queue {queue.name!r} {done}")
+
+
+async def _resume(request: Request, form: FormData) -> Response:
+    queue = await open_queue(request)
+    was = await admin.set_paused(queue, False)
+    done = "resumed" if was else "was not paused"
+    return back(f"/queues/{queue.name}", f"queue {queue.name!r} {done}")
+
+
+async def _retry(request: Request, form: FormData) -> Response:
+    queue = await open_queue(request)
+    result = await admin.retry_dead(queue, chosen_ids(form))
+    return back(f"/queues/{queue.name}/dead", summary("retried", queue.name, result))
+
+
+async def _purge(request: Request, form: FormData) -> Response:
+    queue = await open_queue(request)
+    chosen = chosen_ids(form)
+    if form.get("confirmed") != "yes":
+        todo = (await queue.counts()).dead if chosen is None else len(chosen)
+        return render(request, "confirm.html", queue=queue.name, chosen=chosen, todo=todo)
+    result = await admin.purge_dead(queue, chosen)
+    return back(f"/queues/{queue.name}/dead", summary("purged", queue.name, result))
+
+
+async def _cancel(request: Request, form: FormData) -> Response:
+    queue = await open_queue(request)
+    job_id = job_param(request)
+    await admin.cancel_job(queue, job_id)
+    message = f"cancel requested for {job_id}: its worker stops it within one renewal tick"
+    return back(f"/queues/{queue.name}/jobs/{job_id}", message)
+
+
+pause = guarded(_pause)
+resume = guarded(_resume)
+retry = guarded(_retry)
+purge = guarded(_purge)
+cancel = guarded(_cancel)

@@ -1,0 +1,106 @@
+"""The dashboard's shared state (one per app) and the page renderer every view uses."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, cast
+
+import jinja2
+from redis.asyncio import Redis
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from emq_worker import admin
+from emq_worker.dashboard.security import CSRF_FIELD, Guard, set_csrf_cookie
+from emq_worker.dashboard.settings import DashboardSettings
+from emq_worker.dashboard.timeline import LeaseTracker
+from emq_worker.scripts import Scripts
+
+FLASH_COOKIE = "emq_flash"
+FLASH_SHOWN = 300
+
+
+@dataclass(slots=True)
+class Dashboard:
+    settings: DashboardSettings
+    guard: Guard
+    templates: jinja2.Environment
+    scripts: Scripts
+    client: Redis | None = None
+    tracker: LeaseTracker | None = None
+
+    def attach(self, client: Redis) -> None:
+        self.client = client
+        self.tracker = LeaseTracker(client)
+
+    @property
+    def redis(self) -> Redis:
+        if self.client is None:
+            raise RuntimeError("the dashboard has no Redis client yet (lifespan not started)")
+        return self.client
+
+    @property
+    def leases(self) -> LeaseTracker:
+        if self.tracker is None:
+            raise RuntimeError("the dashboard has no lease tracker yet (lifespan not started)")
+        return self.tracker
+
+
+def dashboard(request: Request) -> Dashboard:
+    return cast(Dashboard, request.app.state.dashboard)
+
+
+def when(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+def relative(ms: int) -> str:
+    """A time left (or past, when negative) as `in 2.5 s` or `0.8 s ago`."""
+    return f"in {ms / 1000:.1f} s" if ms >= 0 else f"{-ms / 1000:.1f} s ago"
+
+
+def templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("emq_worker.dashboard", "templates"),
+        autoescape=True,  # payloads and error texts are untrusted: every value is escaped
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["when"] = when
+    env.filters["relative"] = relative
+    env.globals["count_fields"] = admin.COUNT_FIELDS
+    return env
+
+
+def render(request: Request, name: str, status: int = 200, **values: Any) -> Response:
+    """The template `name` with the values every page needs: the CSRF field, whether actions
+    are on, the poll cadence, and a message left by the last action (shown once)."""
+    dash = dashboard(request)
+    nonce, new = dash.guard.csrf_nonce(request)
+    flash = request.cookies.get(FLASH_COOKIE, "")[:FLASH_SHOWN]
+    body = dash.templates.get_template(name).render(
+        csrf_field=CSRF_FIELD,
+        csrf=dash.guard.csrf_token(nonce),
+        actions=dash.settings.allow_actions,
+        poll_ms=dash.settings.poll_ms,
+        flash=flash,
+        **values,
+    )
+    response = HTMLResponse(body, status_code=status)
+    if new:
+        set_csrf_cookie(response, nonce)
+    if flash and not name.startswith("_"):
+        response.delete_cookie(FLASH_COOKIE, path="/")
+    return response
+
+
+def flash(response: Response, message: str) -> Response:
+    response.set_cookie(
+        FLASH_COOKIE, message[:FLASH_SHOWN], httponly=True, samesite="strict", path="/"
+    )
+    return response

@@ -1,0 +1,213 @@
+"""The lease timeline: samples of `emq:{q}:active` on the server clock, compared over time.
+
+Each sample reads Redis TIME and the earliest deadlines in the active set. Compared with the
+previous sample of the same queue it tells:
+- a renewal: the same claim (same attempts) with a deadline that moved forward;
+- at risk: less than half of the longest lease seen for that job remains (renewal runs every
+  third of a lease, so a healthy lease never drops that low: a sweep was missed);
+- expired: the deadline passed and the reaper has not run yet;
+- how a lease ended when it left the set (or its attempts moved on): the holder's receipt says
+  settled (completed, retried, dead); without one, a lease gone after its deadline was reaped,
+  before it released (a worker handing jobs back at shutdown); no row and no receipt: removed.
+
+This works from the keyspace alone; the optional `emq:{q}:events` channel is not needed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from redis.asyncio import Redis
+
+from emq_worker.keys import QueueKeys
+from emq_worker.outcomes import text
+
+LEASES_SHOWN = 200
+"""Leases a sample reads: the earliest deadlines, which are the ones about to lapse."""
+ENDED_KEPT = 50
+"""Ended leases remembered per queue."""
+RENEWALS_KEPT = 20
+QUEUES_TRACKED = 100
+"""Queues with a remembered sample; the least recently sampled is forgotten first."""
+SETTLED = {"completed": "completed", "scheduled": "retry scheduled", "pending": "retried"}
+
+
+@dataclass(slots=True)
+class Lease:
+    job_id: str
+    attempts: int
+    deadline_ms: int
+    first_seen_ms: int
+    longest_ms: int
+    """The most time left seen on this lease: about the lease length."""
+    renewals: list[int] = field(default_factory=list)
+    """Server times (ms) of the samples that saw the deadline move forward."""
+
+    def status(self, now_ms: int) -> str:
+        left = self.deadline_ms - now_ms
+        if left <= 0:
+            return "expired"
+        return "at-risk" if 2 * left < self.longest_ms else "held"
+
+    def as_dict(self, now_ms: int) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "attempts": self.attempts,
+            "deadline_ms": self.deadline_ms,
+            "left_ms": self.deadline_ms - now_ms,
+            "first_seen_ms": self.first_seen_ms,
+            "renewals": list(self.renewals),
+            "status": self.status(now_ms),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EndedLease:
+    lease: Lease
+    ended: str
+    """reaped, completed, retried, retry scheduled, dead, released or removed."""
+    noticed_ms: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.lease.job_id,
+            "attempts": self.lease.attempts,
+            "deadline_ms": self.lease.deadline_ms,
+            "first_seen_ms": self.lease.first_seen_ms,
+            "renewals": list(self.lease.renewals),
+            "ended": self.ended,
+            "noticed_ms": self.noticed_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    queue: str
+    now_ms: int
+    held: int
+    """Leases in the active set (more than `leases` when it holds over LEASES_SHOWN)."""
+    leases: list[Lease]
+    ended: list[EndedLease]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "now_ms": self.now_ms,
+            "held": self.held,
+            "leases": [lease.as_dict(self.now_ms) for lease in self.leases],
+            "ended": [end.as_dict() for end in self.ended],
+        }
+
+
+@dataclass(slots=True)
+class _Track:
+    leases: dict[str, Lease] = field(default_factory=dict)
+    ended: deque[EndedLease] = field(default_factory=lambda: deque(maxlen=ENDED_KEPT))
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+def _ms(sec: Any, usec: Any) -> int:
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+class LeaseTracker:
+    """Remembers the last sample per queue, so each new one can be compared with it."""
+
+    def __init__(self, client: Redis, *, shown: int = LEASES_SHOWN) -> None:
+        self.client = client
+        self.shown = shown
+        self._tracks: OrderedDict[str, _Track] = OrderedDict()
+
+    def _track(self, queue: str) -> _Track:
+        track = self._tracks.pop(queue, None) or _Track()
+        self._tracks[queue] = track
+        while len(self._tracks) > QUEUES_TRACKED:
+            self._tracks.popitem(last=False)
+        return track
+
+    async def sample(self, queue: str) -> Timeline:
+        keys = QueueKeys.of(queue)
+        track = self._track(queue)
+        async with track.lock:
+            now_ms, held, seen = await self._read(keys)
+            await self._compare(keys, track, now_ms, seen)
+            leases = sorted(track.leases.values(), key=lambda lease: lease.deadline_ms)
+            ended = sorted(track.ended, key=lambda end: end.noticed_ms, reverse=True)
+            return Timeline(queue, now_ms, held, leases, ended)
+
+    async def _read(self, keys: QueueKeys) -> tuple[int, int, dict[str, tuple[int, int]]]:
+        """Server now, the active set's size, and {id: (deadline, attempts)} of its head."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            # TIME through a script keyed on the queue: a cluster pipeline routes it to that node.
+            pipe.eval("return redis.call('TIME')", 1, keys.active)
+            pipe.zcard(keys.active)
+            pipe.zrange(keys.active, 0, self.shown - 1, withscores=True)
+            (sec, usec), held, members = await pipe.execute()
+        ids = [text(member) for member, _ in members]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hget(keys.job(job_id), "attempts")
+            attempts = await pipe.execute()
+        seen = {
+            job_id: (int(score), int(tries or 0))
+            for job_id, (_, score), tries in zip(ids, members, attempts, strict=True)
+        }
+        return _ms(sec, usec), int(held), seen
+
+    async def _compare(
+        self, keys: QueueKeys, track: _Track, now_ms: int, seen: dict[str, tuple[int, int]]
+    ) -> None:
+        gone = [
+            lease
+            for job_id, lease in track.leases.items()
+            if job_id not in seen or seen[job_id][1] != lease.attempts
+        ]
+        still_held = {lease.job_id for lease in await self._beyond_the_head(keys, gone)}
+        for old in gone:
+            del track.leases[old.job_id]
+            if old.job_id not in still_held:
+                ended = await self._how_it_ended(keys, old, now_ms)
+                track.ended.append(EndedLease(old, ended, now_ms))
+        for job_id, (deadline, attempts) in seen.items():
+            lease = track.leases.get(job_id)
+            if lease is None:
+                track.leases[job_id] = Lease(job_id, attempts, deadline, now_ms, deadline - now_ms)
+                continue
+            if deadline > lease.deadline_ms:
+                lease.renewals = [*lease.renewals, now_ms][-RENEWALS_KEPT:]
+            lease.deadline_ms = deadline
+            lease.longest_ms = max(lease.longest_ms, deadline - now_ms)
+
+    async def _beyond_the_head(self, keys: QueueKeys, gone: list[Lease]) -> list[Lease]:
+        """Of the leases missing from a sample, those still held by the same claim: with more
+        than LEASES_SHOWN leases, a renewal moves a deadline past the ones a sample reads."""
+        if not gone:
+            return []
+        async with self.client.pipeline(transaction=False) as pipe:
+            for lease in gone:
+                pipe.zscore(keys.active, lease.job_id)
+                pipe.hget(keys.job(lease.job_id), "attempts")
+            replies = await pipe.execute()
+        return [
+            lease
+            for lease, score, attempts in zip(gone, replies[::2], replies[1::2], strict=True)
+            if score is not None and int(attempts or 0) == lease.attempts
+        ]
+
+    async def _how_it_ended(self, keys: QueueKeys, lease: Lease, now_ms: int) -> str:
+        row = keys.job(lease.job_id)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.get(keys.receipt(lease.job_id))
+            pipe.exists(row)
+            receipt, exists = await pipe.execute()
+        if receipt is not None:
+            token, _, rest = text(receipt).partition(":")
+            outcome = rest.rpartition(":")[2]
+            if token == str(lease.attempts):
+                return SETTLED.get(outcome, outcome)
+        if lease.deadline_ms <= now_ms and exists:
+            return "reaped"
+        return "released" if exists else "removed"
