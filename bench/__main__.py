@@ -142,6 +142,10 @@ def run(h: Harness, systems: list[System], selected: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "--cluster" in (sys.argv[1:] if argv is None else argv):
+        from bench import cluster  # its own options: python -m bench --cluster --help
+
+        return cluster.main(sys.argv[1:] if argv is None else argv)
     args = parse(sys.argv[1:] if argv is None else argv)
     base = QUICK if args.quick else FULL
     plan = base if args.repeat is None else _with_repeat(base, args.repeat)

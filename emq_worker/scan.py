@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 from redis.asyncio import Redis
+
+from emq_worker.cluster import as_cluster
 
 SCAN_COUNT = 1000
 """COUNT hint of each SCAN call."""
@@ -27,11 +30,25 @@ class BoundedScan:
         self.complete = False
 
     async def pages(self) -> AsyncIterator[list[bytes | str]]:
-        cursor = 0
-        while self.calls * self.count < self.budget:
-            cursor, keys = await self.client.scan(cursor, match=self.pattern, count=self.count)
-            self.calls += 1
-            yield keys
-            if cursor == 0:
-                self.complete = True
-                return
+        cluster = as_cluster(self.client)
+        # A cluster's keyspace is the union of its primaries': walk each in turn, one budget.
+        nodes: list[Any] = [None]
+        if cluster is not None:
+            await cluster.initialize()  # the slot map (and so the primaries) is read lazily
+            nodes = cluster.get_primaries()
+        for node in nodes:
+            cursor = 0
+            while True:
+                if self.calls * self.count >= self.budget:
+                    return
+                options: dict[str, Any] = {} if node is None else {"target_nodes": node}
+                cursor, keys = await self.client.scan(
+                    cursor, match=self.pattern, count=self.count, **options
+                )
+                if isinstance(cursor, dict):  # a cluster answers {node name: cursor}
+                    cursor = int(next(iter(cursor.values())))
+                self.calls += 1
+                yield keys
+                if cursor == 0:
+                    break
+        self.complete = True
