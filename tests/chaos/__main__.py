@@ -1,0 +1,125 @@
+"""The chaos runner: every row of the suite in one command, with a table and a JSON record.
+
+    python -m tests.chaos            # CI sizes (what the tests run)
+    python -m tests.chaos --full     # the issue's sizes: minutes, not seconds
+    python -m tests.chaos --rows kill,freeze --json chaos.json
+
+Rows run one after another, each on its own redis-server and worker processes in a temporary
+directory. The runner reports; the tests assert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from emq_worker import log
+from tests.chaos import rows
+from tests.chaos.test_connections import KILL_CI, LOST_CI
+from tests.chaos.test_partitions import LATENCY_CI, LONG_CI, SHORT_CI
+from tests.chaos.test_poison import BYSTANDERS_CI
+from tests.chaos.test_poison import CI_SIZE as POISON_CI
+from tests.chaos.test_redis_restart import AMNESIA_CI, RESTART_CI
+from tests.chaos.test_worker_freeze import FREEZE_CI, PAUSE_CI
+from tests.chaos.test_worker_kill import CI_SIZE as SIGKILL_CI
+
+Row = Callable[[Path, Any], Awaitable[rows.RowResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    run: Row
+    ci: Any
+    full: Any
+
+
+SPECS: dict[str, Spec] = {
+    "kill": Spec(rows.sigkill_soak, SIGKILL_CI, rows.KillSize()),
+    "freeze": Spec(rows.freeze_rounds, FREEZE_CI, rows.FreezeSize()),
+    "pause": Spec(rows.short_freezes, PAUSE_CI, rows.PauseSize()),
+    "poison": Spec(rows.poison_job, POISON_CI, rows.PoisonSize()),
+    "poison-c10": Spec(rows.poison_job, BYSTANDERS_CI, rows.PoisonSize(workers=2, concurrency=10)),
+    "restart": Spec(rows.redis_restarts, RESTART_CI, rows.RestartSize()),
+    "amnesia": Spec(rows.redis_amnesia, AMNESIA_CI, rows.AmnesiaSize()),
+    "clientkill": Spec(rows.client_kills, KILL_CI, rows.ClientKillSize()),
+    "lostreply": Spec(rows.lost_replies, LOST_CI, rows.LostReplySize()),
+    "shortcut": Spec(rows.short_partitions, SHORT_CI, rows.PartitionSize(rounds=5, lease_ms=3_000)),
+    "longcut": Spec(rows.long_partitions, LONG_CI, rows.PartitionSize(rounds=5)),
+    "latency": Spec(rows.slow_network, LATENCY_CI, rows.LatencySize()),
+}
+
+COLUMNS = (
+    ("row", 36),
+    ("faults", 7),
+    ("jobs", 7),
+    ("lost", 5),
+    ("duplicated", 10),
+    ("stale", 6),
+    ("dead", 5),
+    ("extra_runs", 10),
+    ("max_recovery_s", 14),
+    ("p99_recovery_s", 14),
+    ("bound_s", 8),
+    ("seconds", 8),
+)
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """A Markdown table of the records (the README's format)."""
+    head = "| " + " | ".join(name.replace("_", " ") for name, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("-" * (width + 2) for _, width in COLUMNS) + "|"
+    lines = [head, rule]
+    for record in records:
+        cells = ["-" if record.get(name) is None else str(record[name]) for name, _ in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+async def run_rows(names: list[str], full: bool) -> list[dict[str, Any]]:
+    records = []
+    for name in names:
+        spec = SPECS[name]
+        size = spec.full if full else spec.ci
+        print(f"--- {name}: {size}", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as directory:
+            result = await spec.run(Path(directory), size)
+        record = {"name": name, "ok": result.verdict.ok, **result.record()}
+        print(json.dumps(record), file=sys.stderr, flush=True)
+        records.append(record)
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
+    parser.add_argument("--full", action="store_true", help="the issue's sizes (long)")
+    parser.add_argument("--rows", default=",".join(SPECS), help="comma-separated row names")
+    parser.add_argument("--json", type=Path, default=None, help="write the records here")
+    args = parser.parse_args(argv)
+    names = [name for name in args.rows.split(",") if name]
+    unknown = [name for name in names if name not in SPECS]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; choose from {', '.join(SPECS)}")
+    log.configure("json", "error")  # the runner's own client: no restart warnings on stderr
+    records = anyio.run(run_rows, names, args.full)
+    print(table(records))
+    if args.json is not None:
+        args.json.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+    # Without persistence, jobs are lost by definition; a poison job's bystanders (poison-c10)
+    # are the known gap test_poison.py marks xfail: both are reported, not failed.
+    tolerated = {"amnesia", "poison-c10"}
+    unsafe = [r["name"] for r in records if r["name"] not in tolerated and not r["ok"]]
+    if unsafe:
+        print(f"safety verdict failed: {', '.join(unsafe)}", file=sys.stderr)
+    return 1 if unsafe else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

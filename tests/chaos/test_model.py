@@ -1,0 +1,276 @@
+"""A model-based test of the real scripts on the real test redis: hypothesis drives enqueue,
+claim, renew, complete, fail, reap, promote, the passing of time and the death of a worker, and
+after every step the server must agree with a small model of the protocol. A failure shrinks to
+a minimal sequence of steps.
+
+Time passes without sleeping: leases and retry delays are long (60 s), and "time passes" for a
+lease or a scheduled job by moving its score to 0 (the epoch), which is what the reaper and
+promote compare with the server's TIME.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.from_thread
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from redis.asyncio import Redis
+
+from emq_worker.connection import connect
+from emq_worker.ids import SnowflakeMinter
+from emq_worker.outcomes import SettleResult
+from emq_worker.protocol import DEFAULT_WIRE_VERSION, JobId
+from emq_worker.queue import Completion, Failure, HeldLease, NewJob, Queue
+from emq_worker.scripts import Scripts
+
+LONG_MS = 60_000
+"""Leases and retry delays: nothing lapses or falls due unless a rule says time passed."""
+REAP_CAP = 2
+RECEIPT_MS = 60_000
+PAYLOAD = b'{"task":"work","kwargs":{}}'
+_queues = itertools.count()
+_nonces = itertools.count()
+
+
+@dataclass(slots=True)
+class Job:
+    state: str = "pending"
+    """pending, active, scheduled, dead, or completed (the row is gone)."""
+    attempts: int = 0
+    holder: tuple[int, str] | None = None
+    """(token, nonce) of the claim whose lock is set: only while active."""
+    receipt: tuple[int, str, str] | None = None
+    expired: bool = False
+    due: bool = False
+
+
+class Protocol(RuleBasedStateMachine):
+    """Overridden per test run with a portal and a client (see `machine`)."""
+
+    portal: anyio.from_thread.BlockingPortal
+    client: Redis
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue = Queue(self.client, Scripts(), f"model.{next(_queues)}")
+        self.minter = SnowflakeMinter(1002)
+        self.jobs: dict[str, Job] = {}
+        self.leases: list[HeldLease] = []
+        self.workers: list[str] = []
+        self.completions = 0
+
+    def run(self, coroutine: Any, *args: Any) -> Any:
+        return self.portal.call(coroutine, *args)
+
+    # --- rules -------------------------------------------------------------------------------
+
+    @rule(n=st.integers(1, 4))
+    def enqueue(self, n: int) -> None:
+        ids = [str(self.minter.job_id()) for _ in range(n)]
+        flags = self.run(self.queue.enqueue, [NewJob(JobId(i), PAYLOAD) for i in ids])
+        assert flags == [True] * n
+        for job in ids:
+            self.jobs[job] = Job()
+
+    @rule(count=st.integers(1, 5))
+    def claim(self, count: int) -> None:
+        nonce = f"{next(_nonces):016x}"
+        result = self.run(self.queue.claim, count, LONG_MS, nonce)
+        expected = sorted(j for j, job in self.jobs.items() if job.state == "pending")[:count]
+        assert [job.id for job in result.jobs] == expected
+        self.workers.append(nonce)
+        for claimed in result.jobs:
+            job = self.jobs[claimed.id]
+            job.attempts += 1
+            assert claimed.token == job.attempts
+            job.state, job.holder, job.expired = "active", (job.attempts, nonce), False
+            self.leases.append(HeldLease(claimed.id, claimed.token, nonce))
+
+    @precondition(lambda self: self.leases)
+    @rule(pick=st.integers(0, 10_000))
+    def renew(self, pick: int) -> None:
+        lease = self.leases[pick % len(self.leases)]
+        lost = self.run(self.queue.renew, [lease], LONG_MS)
+        job = self.jobs[lease.id]
+        holds = job.state == "active" and job.holder == (lease.token, lease.nonce)
+        assert (not lost) == holds, (lease, job, lost)
+        if holds:
+            job.expired = False
+
+    @precondition(lambda self: self.leases)
+    @rule(pick=st.integers(0, 10_000))
+    def complete(self, pick: int) -> None:
+        lease = self.leases[pick % len(self.leases)]
+        [result] = self.run(self.queue.settle, [Completion(lease)], RECEIPT_MS)
+        self._check_settle(lease, result, "completed")
+
+    @precondition(lambda self: self.leases)
+    @rule(
+        pick=st.integers(0, 10_000),
+        delay=st.sampled_from([0, LONG_MS]),
+        max_attempts=st.integers(0, 4),
+    )
+    def fail(self, pick: int, delay: int, max_attempts: int) -> None:
+        lease = self.leases[pick % len(self.leases)]
+        failure = Failure(lease, delay, max_attempts, "boom")
+        [result] = self.run(self.queue.settle, [failure], RECEIPT_MS)
+        if lease.token >= max_attempts:
+            outcome = "dead"
+        else:
+            outcome = "pending" if delay <= 0 else "scheduled"
+        self._check_settle(lease, result, outcome)
+
+    @precondition(lambda self: any(job.state == "active" for job in self.jobs.values()))
+    @rule(pick=st.integers(0, 10_000))
+    def lease_lapses(self, pick: int) -> None:
+        active = sorted(j for j, job in self.jobs.items() if job.state == "active")
+        job_id = active[pick % len(active)]
+        self.run(self.client.zadd, self.queue.keys.active, {job_id: 0}, False, True)
+        self.jobs[job_id].expired = True
+
+    @precondition(lambda self: self.workers)
+    @rule(pick=st.integers(0, 10_000))
+    def worker_dies(self, pick: int) -> None:
+        """Every lease one claim call handed out stops being renewed: its deadlines pass."""
+        nonce = self.workers[pick % len(self.workers)]
+        for job_id, job in self.jobs.items():
+            if job.state == "active" and job.holder is not None and job.holder[1] == nonce:
+                self.run(self.client.zadd, self.queue.keys.active, {job_id: 0}, False, True)
+                job.expired = True
+
+    @rule()
+    def reap(self) -> None:
+        result = self.run(self.queue.reap, 100, REAP_CAP)
+        expected = {}
+        for job_id, job in self.jobs.items():
+            if job.state == "active" and job.expired:
+                job.state = "dead" if job.attempts >= REAP_CAP else "pending"
+                job.holder, job.expired = None, False
+                expected[job_id] = job.state
+        assert dict(result.jobs) == expected
+
+    @precondition(lambda self: any(job.state == "scheduled" for job in self.jobs.values()))
+    @rule(pick=st.integers(0, 10_000))
+    def retry_falls_due(self, pick: int) -> None:
+        scheduled = sorted(j for j, job in self.jobs.items() if job.state == "scheduled")
+        job_id = scheduled[pick % len(scheduled)]
+        self.run(self.client.zadd, self.queue.keys.schedule, {job_id: 0}, False, True)
+        self.jobs[job_id].due = True
+
+    @rule()
+    def promote(self) -> None:
+        result = self.run(self.queue.promote, 100)
+        due = [job for job in self.jobs.values() if job.state == "scheduled" and job.due]
+        assert result.promoted == len(due)
+        for job in due:
+            job.state, job.due = "pending", False
+
+    # --- the model of one settle ----------------------------------------------------------
+
+    def _check_settle(self, lease: HeldLease, result: SettleResult, outcome: str) -> None:
+        job = self.jobs[lease.id]
+        expected: tuple[str, str | None]
+        if job.receipt is not None and job.receipt[:2] == (lease.token, lease.nonce):
+            expected = ("settled", job.receipt[2])
+        elif job.state == "completed":
+            expected = ("gone", "")
+        elif job.attempts != lease.token:
+            expected = ("stale", str(job.attempts))
+        elif job.holder is not None and job.holder != (lease.token, lease.nonce):
+            expected = ("stale", None)
+        elif job.state not in ("active", "pending"):
+            expected = ("state", job.state)
+        else:
+            expected = ("ok", outcome)
+            job.state, job.holder, job.expired = outcome, None, False
+            job.receipt = (lease.token, lease.nonce, outcome)
+            self.completions += outcome == "completed"
+        status, detail = expected
+        assert str(result.status) == status, (lease, job, result)
+        assert detail is None or result.detail == detail, (lease, job, result)
+
+    # --- what the server must agree with after every step ----------------------------------
+
+    @invariant()
+    def server_agrees(self) -> None:
+        snapshot = self.run(_snapshot, self.client, self.queue, list(self.jobs))
+        sets, rows, locks, completed = snapshot
+        for state in ("pending", "active", "scheduled", "dead"):
+            expected = {j for j, job in self.jobs.items() if job.state == state}
+            assert sets[state] == expected, (state, sets[state] ^ expected)
+        for job_id, job in self.jobs.items():
+            row, lock = rows[job_id], locks[job_id]
+            if job.state == "completed":
+                assert row is None, job_id
+                continue
+            assert row == (job.state, job.attempts), (job_id, row, job)
+            holder = None if job.holder is None else f"{job.holder[0]}:{job.holder[1]}"
+            assert lock == holder, (job_id, lock, job)
+        assert completed == self.completions
+
+
+async def _snapshot(
+    client: Redis, queue: Queue, ids: list[str]
+) -> tuple[dict[str, set[str]], dict[str, Any], dict[str, str | None], int]:
+    keys = queue.keys
+    named = {"pending": keys.pending, "active": keys.active}
+    named |= {"scheduled": keys.schedule, "dead": keys.dead}
+    async with client.pipeline(transaction=False) as pipe:
+        for key in named.values():
+            pipe.zrange(key, 0, -1)
+        for job in ids:
+            pipe.hmget(keys.job(job), "state", "attempts")
+            pipe.get(keys.lock(job))
+        pipe.hget(keys.completed, "count")
+        replies = await pipe.execute()
+    sets = {
+        name: {m.decode() for m in members}
+        for name, members in zip(named, replies[:4], strict=True)
+    }
+    rows: dict[str, Any] = {}
+    locks: dict[str, str | None] = {}
+    for i, job in enumerate(ids):
+        state, attempts = replies[4 + 2 * i]
+        rows[job] = None if state is None else (state.decode(), int(attempts))
+        lock = replies[5 + 2 * i]
+        locks[job] = None if lock is None else lock.decode()
+    return sets, rows, locks, int(replies[-1] or 0)
+
+
+async def _client(url: str) -> Redis:
+    return connect(url, DEFAULT_WIRE_VERSION)
+
+
+@pytest.fixture
+def machine(redis_url: str) -> Iterator[type[Protocol]]:
+    with anyio.from_thread.start_blocking_portal() as portal:
+        client = portal.call(_client, redis_url)
+        try:
+            yield type("BoundProtocol", (Protocol,), {"portal": portal, "client": client})
+        finally:
+            portal.call(client.aclose)
+
+
+@pytest.mark.slow
+def test_the_scripts_agree_with_the_model_of_the_protocol(machine: type[Protocol]) -> None:
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=50,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        ),
+    )
