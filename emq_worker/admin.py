@@ -14,6 +14,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from emq_worker.errors import EmqError, LockedError, StateError
+from emq_worker.jobwrites import read_log
 from emq_worker.keys import QueueKeys, validate_queue_name
 from emq_worker.outcomes import text
 from emq_worker.protocol import Field, JobId, JobState
@@ -184,7 +185,7 @@ async def inspect_job(queue: Queue, job_id: JobId) -> Inspection:
     where = await queue.state_of(job_id)
     k = queue.keys
     async with queue.client.pipeline(transaction=False) as pipe:
-        pipe.time()
+        pipe.eval("return redis.call('TIME')", 1, k.active)  # on the queue's node in a cluster
         pipe.zscore(k.active, job_id)
         pipe.zscore(k.schedule, job_id)
         pipe.get(k.lock(job_id))
@@ -313,6 +314,15 @@ async def set_paused(queue: Queue, paused: bool) -> bool:
     was = bool(await queue.client.hexists(queue.keys.meta, "paused"))
     await (queue.pause() if paused else queue.resume())
     return was
+
+
+async def job_logs(queue: Queue, job_id: JobId) -> list[str]:
+    """The lines of a job's log, oldest first; UnknownJobError when there is neither a job nor a
+    log (a completed job's log went with its row)."""
+    lines = await read_log(queue, job_id)
+    if not lines and not await queue.client.exists(queue.keys.job(job_id)):
+        raise UnknownJobError(queue.name, job_id)
+    return lines
 
 
 async def remove_job(queue: Queue, job_id: JobId) -> None:

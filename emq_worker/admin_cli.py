@@ -269,6 +269,24 @@ def remove(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None
 
 
 @click.command()
+@click.argument("job_id", callback=_job_ids)
+@admin_queue_option
+@json_option
+@redis_url_option
+@wire_version_option
+def logs(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+    """Print JOB_ID's job log (the lines its handler appended with ctx.append_log), oldest
+    first. A completed or removed job's log is gone with it; a dead job keeps its log."""
+    lines = _on_queue(redis_url, wire_version, queue, lambda q: admin.job_logs(q, job_id))
+    if as_json:
+        _dump({"queue": queue, "job_id": job_id, "lines": lines})
+    elif not lines:
+        click.echo(f"no log lines for {job_id} in queue {queue!r}")
+    else:
+        click.echo("\n".join(admin.escape(line) for line in lines))
+
+
+@click.command()
 @queues_option
 @json_option
 @redis_url_option
@@ -323,4 +341,14 @@ def cancel(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None
     )
 
 
-COMMANDS: tuple[click.Command, ...] = (stats, inspect, dead, pause, resume, remove, cancel, workers)
+COMMANDS: tuple[click.Command, ...] = (
+    stats,
+    inspect,
+    logs,
+    dead,
+    pause,
+    resume,
+    remove,
+    cancel,
+    workers,
+)

@@ -10,16 +10,19 @@ import anyio
 import click
 from redis.exceptions import RedisError
 
-from emq_worker import admin_cli, daemon, log
+from emq_worker import admin_cli, control_cli, daemon, log
 from emq_worker.cli_options import redis_url_option, split_queues, wire_version_option
 from emq_worker.config import WorkerSettings
 from emq_worker.connection import redacted
+from emq_worker.dashboard.command import dashboard as dashboard_command
 from emq_worker.demo import demo as demo_command
 from emq_worker.errors import EmqError
 from emq_worker.http import health as health_command
 from emq_worker.ids import DEFAULT_NODE_ID
+from emq_worker.keys import validate_queue_name
 from emq_worker.producer import Producer
 from emq_worker.retry import format_backoff, parse_backoff
+from emq_worker.serverchecks import describe, exit_code_for, fatal, tls_hint
 from emq_worker.tasks import load_app
 
 DEFAULTS = WorkerSettings(queues=("default",))
@@ -211,15 +214,16 @@ def run(
         message = _failure(exc, settings.redis_url)
         log.get_logger().error("worker_failed", error=message)
         click.echo(f"Error: {message}", err=True)
-        sys.exit(daemon.EXIT_FATAL)
+        sys.exit(exit_code_for(exc) or daemon.EXIT_FATAL)
     sys.exit(code)
 
 
 def _failure(exc: Exception, redis_url: str) -> str:
     """What went wrong, naming the server (never its password)."""
     if isinstance(exc, EmqError):
-        return str(exc)
-    return f"Redis at {redacted(redis_url)}: {exc}"
+        cause = exc.__cause__
+        return f"{exc}; {describe(cause)}" if cause is not None and fatal(cause) else str(exc)
+    return f"Redis at {redacted(redis_url)}: {describe(exc)}{tls_hint(exc, redis_url)}"
 
 
 @main.command()
@@ -253,6 +257,10 @@ def enqueue(
 ) -> None:
     """Enqueue TASK with KWARGS (a JSON object) and print the job id."""
     try:
+        validate_queue_name(queue)  # a usage error (exit 2), before anything connects
+    except EmqError as exc:
+        raise click.BadParameter(str(exc), param_hint="--queue") from exc
+    try:
         parsed = json.loads(kwargs)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="KWARGS") from exc
@@ -276,10 +284,13 @@ def enqueue(
 
 main.add_command(health_command)
 main.add_command(demo_command)
+main.add_command(dashboard_command)  # imports Starlette only when it runs
 
 
 # --- admin: the verbs operators reach for (logic in emq_worker.admin) ----------------------
 
 
 for _command in admin_cli.COMMANDS:
+    main.add_command(_command)
+for _command in control_cli.COMMANDS:
     main.add_command(_command)

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from emq_worker.config import DEFAULT_URL
+from emq_worker.credentials import with_password
+from emq_worker.errors import ConfigError
 from emq_worker.protocol import DEFAULT_WIRE_VERSION
 
 
 def _redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """`@PATH` reads the URL from a file (a Docker or systemd secret), so a password never has
-    to appear on a command line that `ps` shows, nor in the environment."""
+    to appear on a command line that `ps` shows, nor in the environment. A URL without a
+    password takes one from EMQ_REDIS_PASSWORD_FILE, a systemd credential or /run/secrets."""
+    try:
+        return with_password(_url_text(value), os.environ)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def _url_text(value: str) -> str:
     if not value.startswith("@"):
         return value
     path = Path(value[1:])
@@ -34,7 +45,9 @@ redis_url_option = click.option(
     default=DEFAULT_URL,
     show_default=True,
     callback=_redis_url,
-    help="redis://, rediss:// (TLS) or unix:// URL, or @PATH to read it from a file (a secret). "
+    help="redis://, rediss:// (TLS) or unix:// URL; redis+cluster://HOST:PORT,HOST:PORT,... "
+    "(rediss+cluster:// for TLS) for a Redis/Valkey Cluster given by seed nodes; "
+    "or @PATH to read it from a file (a secret). "
     "Keep passwords out of the command line: use the variable or a file.",
 )
 wire_version_option = click.option(
@@ -48,5 +61,6 @@ wire_version_option = click.option(
 
 
 def split_queues(values: tuple[str, ...]) -> tuple[str, ...]:
-    """`--queue a --queue b`, or EMQ_QUEUES="a,b" / "a b"."""
-    return tuple(q for value in values for q in value.replace(",", " ").split())
+    """`--queue a --queue b`, or EMQ_QUEUES="a,b" / "a b". Only commas and spaces separate: a
+    newline or tab stays in the name, which is then refused naming it (never two queues)."""
+    return tuple(q for value in values for q in value.replace(",", " ").split(" ") if q)

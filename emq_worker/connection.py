@@ -12,13 +12,16 @@ from urllib.parse import urlsplit
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool
 from redis.connection import HiredisRespSerializer
+from redis.exceptions import RedisError
 from redis.utils import HIREDIS_AVAILABLE
 
 if HIREDIS_AVAILABLE:
     import hiredis
 
+from emq_worker.cluster import CLUSTER_SCHEMES, connect_cluster, is_cluster_url, parse_cluster_url
 from emq_worker.errors import ConfigError, VersionFenceError
 from emq_worker.keys import VERSION_KEY
+from emq_worker.log import get_logger
 
 SCHEMES = ("redis", "rediss", "unix")
 POOL_WAIT_S = 20.0
@@ -37,10 +40,13 @@ def redacted(url: str) -> str:
 
 def validate_url(url: str) -> str:
     scheme = urlsplit(url).scheme
+    if scheme in CLUSTER_SCHEMES:
+        parse_cluster_url(url)
+        return url
     if scheme not in SCHEMES:
         raise ConfigError(
-            f"redis URL scheme must be one of {', '.join(SCHEMES)}; got {scheme or '(none)'!r} "
-            f"in {redacted(url)!r}"
+            f"redis URL scheme must be one of {', '.join(SCHEMES + CLUSTER_SCHEMES)}; "
+            f"got {scheme or '(none)'!r} in {redacted(url)!r}"
         )
     return url
 
@@ -64,6 +70,35 @@ async def check_version(conn: AbstractConnection, wire_version: str) -> None:
         raise VersionFenceError(wire_version, found)
 
 
+class RestartWatch:
+    """Notices a server restart: a (re)connection that finds another `run_id` than the last
+    one this client saw logs `server_restarted` once. Without persistence the data is gone: the
+    leases held are refused at the next renewal and the version fence is set again."""
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+
+    async def check(self, conn: AbstractConnection) -> None:
+        try:
+            info = _text(await _read(conn, "INFO", "server")) or ""
+        except RedisError:
+            return  # INFO denied (an ACL) or unsupported: restarts go unnoticed, nothing else
+        run_id = next(
+            (line[7:].strip() for line in info.splitlines() if line.startswith("run_id:")), None
+        )
+        if run_id is None:
+            return
+        if self.run_id is not None and run_id != self.run_id:
+            get_logger().warning(
+                "server_restarted",
+                previous_run_id=self.run_id,
+                run_id=run_id,
+                note="without persistence its data is gone; held leases are re-checked at the "
+                "next renewal and refused writes are logged",
+            )
+        self.run_id = run_id
+
+
 def connect(
     url: str,
     wire_version: str,
@@ -78,12 +113,26 @@ def connect(
     blocking command the caller sends (the supervisor's park). The pool blocks when all
     `max_connections` are busy instead of failing, so a burst of concurrent settles waits its
     turn rather than erroring.
+
+    A `redis+cluster://` URL gets a cluster client instead (emq_worker.cluster), fenced once per
+    discovery of the cluster rather than per connection.
     """
     validate_url(url)
+    if is_cluster_url(url):
+        return connect_cluster(
+            url,
+            wire_version,
+            socket_timeout_s=socket_timeout_s,
+            max_connections=max_connections,
+            wrap_connection=_packed_by_hiredis,
+        )
+
+    restarts = RestartWatch()
 
     async def fenced_on_connect(conn: AbstractConnection) -> None:
         await conn.on_connect()
         await check_version(conn, wire_version)
+        await restarts.check(conn)
 
     pool = BlockingConnectionPool.from_url(
         url,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import anyio
 from redis.exceptions import RedisError
 
+from emq_worker import serverchecks
 from emq_worker.config import WorkerSettings
 from emq_worker.errors import EmqError
 from emq_worker.log import get_logger
@@ -24,6 +25,10 @@ from emq_worker.worker import Worker
 
 EXIT_OK = 0
 EXIT_FATAL = 1
+EXIT_AUTH = serverchecks.EXIT_AUTH
+"""3: Redis refused the credentials (WRONGPASS, NOAUTH)."""
+EXIT_NOPERM = serverchecks.EXIT_NOPERM
+"""4: the ACL user lacks a command or key pattern the worker needs (NOPERM)."""
 GC_YOUNG_THRESHOLD = 20_000
 
 
@@ -49,6 +54,7 @@ async def _watch_signals(worker: Worker, outcome: Outcome) -> None:
 
 
 async def serve(settings: WorkerSettings, app: App, notifier: Notifier | None = None) -> int:
+    await serverchecks.preflight(settings.redis_url, settings.wire_version, get_logger())
     worker = Worker(settings, app, notifier=notifier)
     outcome = Outcome()
     try:
@@ -57,7 +63,8 @@ async def serve(settings: WorkerSettings, app: App, notifier: Notifier | None = 
             await worker.run()
             group.cancel_scope.cancel()
     except BaseExceptionGroup as group_error:
-        raise _sole_emq_error(group_error) from None
+        error = _sole_emq_error(group_error)
+        raise error from error.__cause__  # the cause decides the exit code (e.g. NOPERM)
     return outcome.exit_code
 
 

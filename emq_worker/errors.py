@@ -72,3 +72,33 @@ class PayloadError(EmqError, ValueError):
 
 class AppImportError(ConfigError):
     """`--app module:attr` does not point at an App."""
+
+
+class FencedError(EmqError):
+    """A running job's write (progress, a log line) was refused: this holder no longer owns the
+    job (its lease was lost to the reaper or another claim, or the job is gone)."""
+
+    def __init__(self, job_id: str, status: str, detail: str) -> None:
+        self.job_id = job_id
+        self.status = status
+        self.detail = detail
+        super().__init__(f"job {job_id}: write refused ({status} {detail!r}); the lease is lost")
+
+
+class ResultTimeoutError(EmqError, TimeoutError):
+    """`Producer.result`: the job has not completed within the timeout (it may still)."""
+
+
+class JobFailedError(EmqError):
+    """`Producer.result`: the job is dead; `last_error` says why."""
+
+    def __init__(self, job_id: str, last_error: str) -> None:
+        self.job_id = job_id
+        self.last_error = last_error
+        super().__init__(f"job {job_id} is dead: {last_error}")
+
+
+class ResultUnavailableError(EmqError, LookupError):
+    """`Producer.result`: no result is stored and none will come (the job completed without
+    storing one, its result expired, it was removed, it never existed, or its handler returned
+    a value JSON cannot hold)."""

@@ -30,6 +30,7 @@ from emq_worker.config import WorkerSettings, parse_host_port
 from emq_worker.errors import ConfigError
 from emq_worker.lease import LeaseBook
 from emq_worker.log import get_logger
+from emq_worker.looplag import LoopLag
 from emq_worker.metrics import DURATION_BUCKETS, Counters
 from emq_worker.queue import Counts, Queue
 from emq_worker.renewal import RenewalSweep
@@ -135,6 +136,7 @@ class WorkerCollector(Collector):
         self.book = book
         self.beat = beat
         self.depths: dict[str, Counts] = {}
+        self.loop_lag: LoopLag | None = None
 
     def collect(self) -> Iterable[Metric]:
         c = self.counters
@@ -194,6 +196,8 @@ class WorkerCollector(Collector):
         if self.beat.last_beat is not None:
             lag = self.beat.clock.monotonic() - self.beat.last_beat
             yield GaugeMetricFamily("emq_beat_lag_seconds", "Seconds since the beat last ran.", lag)
+        if self.loop_lag is not None:
+            yield from _loop_lag_metrics(self.loop_lag)
         if self.depths:
             depth = GaugeMetricFamily(
                 "emq_queue_depth",
@@ -204,6 +208,20 @@ class WorkerCollector(Collector):
                 for state in ("pending", "active", "scheduled", "dead"):
                     depth.add_metric([name, state], getattr(counts, state))
             yield depth
+
+
+def _loop_lag_metrics(monitor: LoopLag) -> Iterable[Metric]:
+    yield GaugeMetricFamily(
+        "emq_event_loop_lag_seconds",
+        "How late the latest event-loop probe woke (a blocked loop stalls lease renewal).",
+        value=monitor.last_s,
+    )
+    yield GaugeMetricFamily(
+        "emq_event_loop_lag_max_seconds", "The largest event-loop lag seen.", value=monitor.max_s
+    )
+    yield _counter(
+        "emq_event_loop_stalls", "Probes that found the event loop blocked.", monitor.stalls
+    )
 
 
 def _counter(name: str, documentation: str, value: int) -> CounterMetricFamily:

@@ -19,10 +19,22 @@ class ClaimedJob(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Limited:
+    """The queue's concurrency ceiling or rate limit leaves no room for another job now (the
+    claim's jobs, maybe none, used the last of it)."""
+
+    reason: str
+    """'concurrency' or 'rate'."""
+    retry_after_ms: int
+    """For 'rate': ms until the window reopens. For 'concurrency': 0 (when a slot frees)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimResult:
     jobs: tuple[ClaimedJob, ...]
     paused: bool
     phantoms: int
+    limited: Limited | None = None
 
 
 class SettleStatus(StrEnum):
@@ -94,10 +106,16 @@ def settle_results(reply: Any, expected: int) -> list[SettleResult]:
 
 
 def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:
-    if not isinstance(reply, list) or len(reply) < 2 or (len(reply) - 2) % 3:
+    """{status, phantoms, jobs...}, or {'limited', phantoms, retry_after_ms, reason, jobs...}."""
+    limited = None
+    first = 2
+    if isinstance(reply, list) and len(reply) >= 4 and text(reply[0]) == "limited":
+        limited = Limited(reason=text(reply[3]), retry_after_ms=max(0, int(reply[2])))
+        first = 4
+    if not isinstance(reply, list) or len(reply) < first or (len(reply) - first) % 3:
         raise ScriptError(f"unexpected claim reply: {reply!r}")
     jobs = []
-    for i in range(2, len(reply), 3):
+    for i in range(first, len(reply), 3):
         payload = reply[i + 1]
         jobs.append(
             ClaimedJob(
@@ -108,7 +126,8 @@ def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:
                 nonce=nonce,
             )
         )
-    return ClaimResult(jobs=tuple(jobs), paused=text(reply[0]) == "paused", phantoms=int(reply[1]))
+    paused = text(reply[0]) == "paused"
+    return ClaimResult(tuple(jobs), paused=paused, phantoms=int(reply[1]), limited=limited)
 
 
 def lost_leases(reply: Any) -> list[LostLease]:

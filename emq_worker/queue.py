@@ -10,6 +10,7 @@ from typing import Literal, NamedTuple
 from redis.asyncio import Redis
 
 from emq_worker.keys import QueueKeys
+from emq_worker.limits import LIMITER
 from emq_worker.outcomes import (
     ClaimResult,
     LostLease,
@@ -27,7 +28,7 @@ from emq_worker.protocol import JobId, JobState, Token
 from emq_worker.scripts import ArgValue, Scripts
 
 ScheduleMode = Literal["now", "in", "at"]
-RENEW_CHUNK = 100
+RENEW_CHUNK = 50
 """Leases per renew script call: under about 2 ms of server time even on a slow 2-core VM."""
 
 
@@ -38,6 +39,10 @@ class NewJob(NamedTuple):
     payload: bytes
     mode: ScheduleMode = "now"
     ms: int = 0
+    dedup_id: str | None = None
+    """Enqueue only if no live job is parked under this key (`de:<did>`); None: no dedup."""
+    dedup_ttl_ms: int = 0
+    """How long the dedup key lasts at most (0: until the job completes or is removed)."""
 
 
 class HeldLease(NamedTuple):
@@ -50,6 +55,9 @@ class HeldLease(NamedTuple):
 
 class Completion(NamedTuple):
     lease: HeldLease
+    result: bytes | None = None
+    """The handler's return value (JSON) to store for `result_ttl_ms`; None stores nothing."""
+    result_ttl_ms: int = 0
 
 
 class Failure(NamedTuple):
@@ -87,18 +95,23 @@ class Queue:
         self.keys = QueueKeys.of(name)
         self.name = name
 
-    async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool]:
-        """Enqueue all or none; True per job enqueued, False where the id already existed."""
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool | JobId]:
+        """Enqueue all or none (one script call). Per job: True enqueued; False when its id
+        already existed; or, for a job with a dedup id, the id of the live job parked under it."""
         if not jobs:
             return []
-        args: list[ArgValue] = [self.keys.prefix]
+        dedup: list[ArgValue] = []
+        for index, job in enumerate(jobs, start=1):
+            if job.dedup_id is not None:
+                dedup += [index, job.dedup_id, job.dedup_ttl_ms]
+        args: list[ArgValue] = [self.keys.prefix, len(dedup) // 3, *dedup]
         for job in jobs:
             args += [job.id, job.payload, job.mode, job.ms]
         k = self.keys
         reply = await self.scripts.call(
             self.client, "enqueue", [k.pending, k.schedule, k.wake], args
         )
-        return [int(flag) == 1 for flag in reply]
+        return [JobId(text(flag)) if isinstance(flag, bytes) else int(flag) == 1 for flag in reply]
 
     async def claim(self, count: int, lease_ms: int, nonce: str | None = None) -> ClaimResult:
         nonce = nonce or new_nonce()
@@ -106,7 +119,7 @@ class Queue:
         reply = await self.scripts.call(
             self.client,
             "claim",
-            [k.pending, k.active, k.meta, k.dead],
+            [k.pending, k.active, k.meta, k.dead, k.prefix + LIMITER],
             [k.prefix, lease_ms, count, nonce],
         )
         return claim_result(self.name, nonce, reply)
@@ -132,8 +145,14 @@ class Queue:
             return []
         completions = [o for o in outcomes if isinstance(o, Completion)]
         failures = [o for o in outcomes if isinstance(o, Failure)]
-        args: list[ArgValue] = [self.keys.prefix, receipt_ms, len(completions)]
-        for completion in completions:
+        stored = [(c, c.result) for c in completions if c.result is not None]
+        if stored:  # completions that store a result go first, each with its result and TTL
+            completions = [*(c for c, _ in stored), *(c for c in completions if c.result is None)]
+        args: list[ArgValue] = [self.keys.prefix, receipt_ms, len(completions), len(stored)]
+        for completion, result in stored:
+            lease = completion.lease
+            args += [lease.id, lease.token, lease.nonce, completion.result_ttl_ms, result]
+        for completion in completions[len(stored) :]:
             lease = completion.lease
             args += [lease.id, lease.token, lease.nonce]
         for failure in failures:

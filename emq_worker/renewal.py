@@ -8,8 +8,6 @@ for a whole lease, the worker gives its leases up itself: the server has already
 from __future__ import annotations
 
 import anyio
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.clock import Clock
 from emq_worker.config import WorkerSettings
@@ -18,6 +16,7 @@ from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
 from emq_worker.outcomes import LostLease
 from emq_worker.queue import Queue
+from emq_worker.serverchecks import RETRYABLE, describe, fatal
 
 CANCEL = "cancel"
 """What renew reports for a held lease whose job an operator asked to cancel."""
@@ -51,17 +50,29 @@ class RenewalSweep:
 
     async def tick(self) -> None:
         sent_at = self.clock.monotonic()
-        async with anyio.create_task_group() as group:
-            for queue, leases in self.book.queues():
-                group.start_soon(self._renew_queue, self.queues[queue], leases, sent_at)
+        # A renew that never answers (a partition that holds packets, a frozen server) must not
+        # hold up the self-fence: the calls get one renewal interval, then leases are judged by
+        # what was confirmed. Without this bound the sweep waits for the socket timeout, and
+        # jobs run on after another worker has taken them over.
+        with anyio.move_on_after(self.settings.renew_interval_ms / 1000) as bound:
+            async with anyio.create_task_group() as group:
+                for queue, leases in self.book.queues():
+                    group.start_soon(self._renew_queue, self.queues[queue], leases, sent_at)
+        if bound.cancelled_caught:
+            self.counters.renew_failures += 1
+            self.log.warning("renew_timed_out", after_ms=self.settings.renew_interval_ms)
         self._self_fence()
 
     async def _renew_queue(self, queue: Queue, leases: list[Lease], sent_at: float) -> None:
         try:
             lost = await queue.renew([lease.held for lease in leases], self.settings.lease_ms)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except RETRYABLE as exc:  # e.g. OOM refuses renewals: the self-fence covers a long one
+            if fatal(exc):
+                raise
             self.counters.renew_failures += 1
-            self.log.warning("renew_failed", queue=queue.name, leases=len(leases), error=str(exc))
+            self.log.warning(
+                "renew_failed", queue=queue.name, leases=len(leases), error=describe(exc)
+            )
             return
         self.counters.renew_sweeps += 1
         lost_by_id = {item.id: item for item in lost}

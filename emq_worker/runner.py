@@ -22,8 +22,10 @@ from emq_worker.context import JobContext
 from emq_worker.errors import PayloadError, UnknownTaskError
 from emq_worker.lease import Lease
 from emq_worker.log import get_logger
+from emq_worker.options import JobOptions
 from emq_worker.outcomes import ClaimedJob
 from emq_worker.queue import Completion, Failure, Outcome
+from emq_worker.results import encode_result
 from emq_worker.retry import delay_ms
 from emq_worker.settle import SettleBatcher
 from emq_worker.tasks import App, Task
@@ -34,6 +36,8 @@ class Call:
     task: Task
     ctx: JobContext
     kwargs: dict[str, Any]
+    options: JobOptions | None = None
+    """The producer's per-job overrides of the task's policy; None on the common path."""
 
 
 CANCELLED = "cancelled by an operator"
@@ -83,26 +87,30 @@ class JobRunner:
         self.batcher.submit(lease, outcome, call.task.name, seconds)
 
     def _prepare(self, job: ClaimedJob) -> Call:
+        writer = self.batcher.queues.get(job.queue)
         raw = self.app.raw.get(job.queue)
         if raw is not None:
-            return Call(raw, JobContext(job.queue, job.id, job.token, raw.name, job.payload), {})
-        name, kwargs = codec.decode(job.payload)
+            ctx = JobContext(job.queue, job.id, job.token, raw.name, job.payload, writer, job.nonce)
+            return Call(raw, ctx, {})
+        name, kwargs, options = codec.decode_job(job.payload)
         task = self.app.lookup(name)
-        ctx = JobContext(job.queue, job.id, job.token, name, job.payload)
+        ctx = JobContext(job.queue, job.id, job.token, name, job.payload, writer, job.nonce)
         task.check_kwargs(ctx, kwargs)
-        return Call(task, ctx, kwargs)
+        return Call(task, ctx, kwargs, options)
 
     async def _call(self, lease: Lease, call: Call) -> Outcome | None:
         """The handler's outcome, or None when the lease was lost while it ran."""
-        task = call.task
-        timeout_ms = task.timeout_ms or self.settings.job_timeout_ms
+        task, options = call.task, call.options
+        timeout_ms = (
+            (options and options.timeout_ms) or task.timeout_ms or self.settings.job_timeout_ms
+        )
         timer = asyncio.timeout(timeout_ms / 1000)
         try:
             async with timer:
                 if task.is_async:
-                    await task.fn(call.ctx, **call.kwargs)
+                    value = await task.fn(call.ctx, **call.kwargs)
                 else:
-                    await anyio.to_thread.run_sync(
+                    value = await anyio.to_thread.run_sync(
                         functools.partial(task.fn, call.ctx, **call.kwargs),
                         abandon_on_cancel=True,
                         limiter=self.threads,
@@ -118,11 +126,33 @@ class JobRunner:
             return Failure(lease.held, 0, 0, CANCELLED)
         except Exception as exc:
             if timer.expired():
-                return self._failure(lease, task, f"timed out after {timeout_ms} ms")
-            return self._failure(lease, task, f"{type(exc).__name__}: {exc}")
-        return Completion(lease.held)
+                return self._failure(lease, call, f"timed out after {timeout_ms} ms")
+            return self._failure(lease, call, f"{type(exc).__name__}: {exc}")
+        ttl_ms = task.result_ttl_ms
+        if options is not None and options.result_ttl_ms is not None:
+            ttl_ms = options.result_ttl_ms
+        if not ttl_ms:
+            return Completion(lease.held)  # the common case: no result is kept
+        return Completion(lease.held, self._result(lease, call, value), ttl_ms)
 
-    def _failure(self, lease: Lease, task: Task, error: str) -> Failure:
-        max_attempts = task.max_attempts or self.settings.max_attempts
-        policy = task.backoff or self.settings.backoff
+    def _result(self, lease: Lease, call: Call, value: Any) -> bytes:
+        data, error = encode_result(value)
+        if error is not None:
+            job = lease.job
+            self.log.warning(
+                "result_not_stored",
+                queue=job.queue,
+                job_id=job.id,
+                attempts=job.token,
+                task=call.task.name,
+                error=error,
+            )
+        return data
+
+    def _failure(self, lease: Lease, call: Call, error: str) -> Failure:
+        task, options = call.task, call.options
+        max_attempts = (
+            (options and options.max_attempts) or task.max_attempts or self.settings.max_attempts
+        )
+        policy = (options and options.backoff) or task.backoff or self.settings.backoff
         return Failure(lease.held, delay_ms(policy, lease.job.token, self.rng), max_attempts, error)

@@ -19,6 +19,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
+from emq_worker.cluster import ClusterUnavailableError, is_moving
 from emq_worker.errors import (
     KindError,
     LockedError,
@@ -37,7 +38,7 @@ _ERROR_CLASSES: Final[dict[str, type[ProtocolReplyError]]] = {
 
 KEY_COUNTS: Final[dict[str, int]] = {
     "enqueue": 3,
-    "claim": 4,
+    "claim": 5,
     "renew": 2,
     "settle": 6,
     "release": 3,
@@ -45,6 +46,10 @@ KEY_COUNTS: Final[dict[str, int]] = {
     "promote": 3,
     "remove": 4,
     "reprocess": 3,
+    "progress": 1,
+    "joblog": 1,
+    "repeat": 3,
+    "repeat_due": 1,
 }
 """How many KEYS each verb's Python wrapper passes; checked against each script's header."""
 
@@ -102,6 +107,8 @@ def typed_error(error: ResponseError) -> Exception:
         return error_class(word, detail)
     if word.startswith("EMQ"):
         return ProtocolReplyError(word, detail)
+    if is_moving(error):
+        return ClusterUnavailableError(text)  # a pipelined call met a slot in motion: retry later
     return error
 
 
@@ -153,7 +160,9 @@ class Scripts:
         for _ in range(2):
             async with client.pipeline(transaction=False) as pipe:
                 for keys, args in calls:
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    # Not pipe.evalsha: redis-py's cluster pipeline blocks that method, though it
+                    # routes EVALSHA by its keys like any keyed command.
+                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
                 replies: list[Any] = await pipe.execute(raise_on_error=False)
             if not any(isinstance(reply, NoScriptError) for reply in replies):
                 break
@@ -161,4 +170,6 @@ class Scripts:
         for reply in replies:
             if isinstance(reply, ResponseError):
                 raise typed_error(reply) from reply
+            if isinstance(reply, Exception):
+                raise reply  # a cluster re-sent a redirected call alone, and it failed
         return replies

@@ -10,8 +10,6 @@ import logging
 from typing import NamedTuple
 
 import anyio
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.config import WorkerSettings
 from emq_worker.lease import Lease, LeaseBook, SlotSignal
@@ -19,6 +17,7 @@ from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
 from emq_worker.outcomes import SettleResult, SettleStatus
 from emq_worker.queue import Completion, Outcome, Queue
+from emq_worker.serverchecks import RETRYABLE, describe, fatal
 
 MAX_BATCH = 250
 """Outcomes per script call: bounds how long one call holds the server."""
@@ -91,9 +90,11 @@ class SettleBatcher:
             while True:
                 try:
                     return await queue.settle(outcomes, self.settings.receipt_ms)
-                except (RedisConnectionError, RedisTimeoutError) as exc:
+                except RETRYABLE as exc:  # READONLY, MISCONF too: retried, then left to the reaper
+                    if fatal(exc):
+                        raise
                     self.log.warning(
-                        "settle_retrying", queue=queue.name, jobs=len(outcomes), error=str(exc)
+                        "settle_retrying", queue=queue.name, jobs=len(outcomes), error=describe(exc)
                     )
                     await anyio.sleep(pause)
                     pause = min(pause * 2, MAX_PAUSE_S)

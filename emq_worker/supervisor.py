@@ -19,14 +19,20 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.clock import Clock
 from emq_worker.config import WorkerSettings
+from emq_worker.ids import SnowflakeMinter
 from emq_worker.jobgroup import JobGroup
 from emq_worker.lease import Lease, LeaseBook, SlotSignal
+from emq_worker.limits import CEILING_POLL_MS
 from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
-from emq_worker.queue import Queue
+from emq_worker.outcomes import ClaimResult, Limited
+from emq_worker.queue import Queue, new_nonce
 from emq_worker.registry import Presence, WorkerRegistry
+from emq_worker.repeat import RepeatFirer
 from emq_worker.runner import JobRunner
 from emq_worker.sdnotify import Notifier
+from emq_worker.serverchecks import RETRYABLE, describe, fatal
+from emq_worker.wakes import WakeWaiter
 
 CLAIM_BATCH = 250
 """The most jobs one claim call leases: bounds how long the call holds the server."""
@@ -79,8 +85,13 @@ class Supervisor:
         self._park_scope: anyio.CancelScope | None = None
         self._next_beat = 0.0
         self._next_due: float | None = None
+        self._next_repeat: float | None = None
+        self._limited_until: float | None = None
+        """A queue's limit refused every claim: drain again no sooner than this."""
+        self.repeats = RepeatFirer(SnowflakeMinter(settings.node_id))
         self._woken = False
         self._paused_seen: set[str] = set()
+        self._wakes = WakeWaiter(client)
 
     def request_stop(self) -> None:
         """Stop claiming; the current park ends at once."""
@@ -99,11 +110,15 @@ class Supervisor:
             try:
                 idle = await self._cycle(jobs)
                 failures = 0
-            except (RedisConnectionError, RedisTimeoutError) as exc:
+            except RETRYABLE as exc:
+                # A dropped connection, or a refusal that lifts (OOM, READONLY, MISCONF, a
+                # WRONGTYPE key): back off, never spin. Bad credentials or ACLs stop the worker.
+                if fatal(exc):
+                    raise
                 failures += 1
                 pause = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** min(failures, 10))
                 pause = self.rng.uniform(pause / 2, pause)
-                self.log.warning("beat_failed", error=str(exc), retry_in_ms=int(pause * 1000))
+                self.log.warning("beat_failed", error=describe(exc), retry_in_ms=int(pause * 1000))
                 await self._sleep_unless_stopped(pause)
                 continue
             if idle and self.settings.burst:
@@ -118,11 +133,14 @@ class Supervisor:
             self._next_beat = now + self.settings.beat_ms / 1000
             await self.reap()
             await self.promote()
+            await self.fire_repeats()
             if self.registry is not None:
                 await self.registry.beat(Presence(len(self.book), self.counters.completed))
             self._report_status(now)
         elif self._next_due is not None and now >= self._next_due:
             await self.promote()  # a scheduled job fell due between beats
+        if self._next_repeat is not None and now >= self._next_repeat:
+            await self.fire_repeats()  # a repeat fell due between beats
         drained = await self.drain(jobs)
         if self._woken and drained.claimed == 0:
             # Woken with nothing to claim: the wake announced a scheduled job (or a retry
@@ -130,6 +148,7 @@ class Supervisor:
             await self.promote()
         self._woken = False
         idle = drained.claimed == 0 and len(self.book) == 0 and self._next_due is None
+        idle = idle and self._limited_until is None  # held back by a limit is not idle
         if idle and self.settings.burst:
             await self.promote()  # a job failed since the beat may have been scheduled
             idle = self._next_due is None
@@ -179,8 +198,18 @@ class Supervisor:
                 )
         self._next_due = None if soonest is None else self.clock.monotonic() + soonest / 1000
 
+    async def fire_repeats(self) -> None:
+        """Mint the due occurrences of every repeatable job; learn when the next one is due."""
+        soonest: int | None = None
+        for queue in self.queues:
+            due_in = await self.repeats.fire(queue)
+            if due_in is not None:
+                soonest = due_in if soonest is None else min(soonest, due_in)
+        self._next_repeat = None if soonest is None else self.clock.monotonic() + soonest / 1000
+
     async def drain(self, jobs: JobGroup) -> DrainResult:
         drained = DrainResult()
+        self._limited_until = None
         deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
         for queue in self.queues:
             while not self._stopping:
@@ -191,7 +220,7 @@ class Supervisor:
                 if free <= 0:
                     return drained
                 claimed_at = self.clock.monotonic()
-                result = await queue.claim(min(free, CLAIM_BATCH), self.settings.lease_ms)
+                result = await self._claim(queue, min(free, CLAIM_BATCH))
                 self._note_pause(queue.name, result.paused)
                 self.counters.phantoms += result.phantoms
                 for job in result.jobs:
@@ -206,9 +235,22 @@ class Supervisor:
                 if result.jobs:
                     self.counters.by_queue[(queue.name, "claimed")] += len(result.jobs)
                 drained.claimed += len(result.jobs)
+                if result.limited is not None:
+                    self._hold_back(result.limited)
+                    break
                 if len(result.jobs) + result.phantoms < min(free, CLAIM_BATCH):
                     break
         return drained
+
+    async def _claim(self, queue: Queue, count: int) -> ClaimResult:
+        """Claim; when the connection drops before the reply, claim once more with the same
+        nonce: claim.lua's memo hands back what the lost reply leased, rather than leaving those
+        jobs stranded until the reaper returns them a lease later."""
+        nonce = new_nonce()
+        try:
+            return await queue.claim(count, self.settings.lease_ms, nonce)
+        except (RedisConnectionError, RedisTimeoutError):
+            return await queue.claim(count, self.settings.lease_ms, nonce)
 
     def _report_status(self, now: float) -> None:
         """Tell the service manager what is held, at most every STATUS_EVERY_S."""
@@ -232,10 +274,19 @@ class Supervisor:
             self._paused_seen.discard(queue)
             self.log.info("queue_resumed", queue=queue)
 
+    def _hold_back(self, limited: Limited) -> None:
+        """A limit refused the claim: park until its window reopens (rate), or poll for a slot
+        freed elsewhere (concurrency) rather than spin or wait out the beat."""
+        wait_ms = limited.retry_after_ms if limited.reason == "rate" else CEILING_POLL_MS
+        until = self.clock.monotonic() + max(1, wait_ms) / 1000
+        self._limited_until = min(until, self._limited_until or until)
+
     async def park(self) -> None:
-        """Sleep until the next beat or due job; a wake token or a freed slot ends it early."""
+        """Sleep until the next beat, due job or repeat, or the end of a limit's hold; a wake
+        token or a freed slot ends it early."""
         now = self.clock.monotonic()
-        until = self._next_beat if self._next_due is None else min(self._next_beat, self._next_due)
+        times = (self._next_due, self._next_repeat, self._limited_until)
+        until = min([self._next_beat, *(t for t in times if t is not None)])
         timeout = until - now
         if timeout <= 0 or self._stopping:
             return
@@ -247,8 +298,7 @@ class Supervisor:
                         await self.slots.arm().wait()
                 else:
                     wake_keys = [queue.keys.wake for queue in self.queues]
-                    woken = await self.client.blpop(wake_keys, timeout=max(0.01, round(timeout, 3)))
-                    self._woken = woken is not None
+                    self._woken = await self._wakes.wait(wake_keys, timeout)
             finally:
                 self._park_scope = None
 

@@ -27,6 +27,8 @@ class Task:
     max_attempts: int | None = None
     backoff: Backoff | None = None
     timeout_ms: int | None = None
+    result_ttl_ms: int | None = None
+    """Store the handler's return value for this long (opt-in; None stores nothing)."""
     keyword_names: tuple[frozenset[str], frozenset[str]] | None = field(
         init=False, repr=False, compare=False
     )
@@ -40,6 +42,15 @@ class Task:
             )
         if self.timeout_ms is not None and self.timeout_ms < 1:
             raise ConfigError(f"task {self.name!r}: timeout_ms must be >= 1; got {self.timeout_ms}")
+        if self.result_ttl_ms is not None and (
+            isinstance(self.result_ttl_ms, bool)
+            or not isinstance(self.result_ttl_ms, int)
+            or self.result_ttl_ms < 1
+        ):
+            raise ConfigError(
+                f"task {self.name!r}: result_ttl_ms must be an integer >= 1 (or None to store no "
+                f"result); got {self.result_ttl_ms!r}"
+            )
 
     def check_kwargs(self, ctx: object, kwargs: dict[str, Any]) -> None:
         """Raise PayloadError when the payload's kwargs cannot call this handler."""
@@ -76,6 +87,7 @@ class App:
         max_attempts: int | None = None,
         backoff: Backoff | None = None,
         timeout_ms: int | None = None,
+        result_ttl_ms: int | None = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -87,9 +99,19 @@ class App:
         max_attempts: int | None = None,
         backoff: Backoff | None = None,
         timeout_ms: int | None = None,
+        result_ttl_ms: int | None = None,
     ) -> F | Callable[[F], F]:
+        """Register a handler `fn(ctx, **kwargs)` under `name` (default: its own name).
+
+        `max_attempts`, `backoff` and `timeout_ms` override the worker's defaults for this task;
+        `result_ttl_ms` stores the handler's return value (JSON) for that long, for
+        `Producer.result`. A producer can override each per job (`Producer.enqueue`).
+        """
+
         def register(handler: F) -> F:
-            task = _make_task(name or handler.__name__, handler, max_attempts, backoff, timeout_ms)
+            task = _make_task(
+                name or handler.__name__, handler, max_attempts, backoff, timeout_ms, result_ttl_ms
+            )
             if task.name in self.tasks:
                 raise ConfigError(f"task {task.name!r} is registered twice")
             self.tasks[task.name] = task
@@ -104,13 +126,16 @@ class App:
         max_attempts: int | None = None,
         backoff: Backoff | None = None,
         timeout_ms: int | None = None,
+        result_ttl_ms: int | None = None,
     ) -> Callable[[F], F]:
         """Bind `queue` to one handler `fn(ctx)` that reads `ctx.payload` as raw bytes
         (for jobs enqueued by other EchoMQ clients)."""
         validate_queue_name(queue)
 
         def register(handler: F) -> F:
-            self.raw[queue] = _make_task(queue, handler, max_attempts, backoff, timeout_ms)
+            self.raw[queue] = _make_task(
+                queue, handler, max_attempts, backoff, timeout_ms, result_ttl_ms
+            )
             return handler
 
         return register
@@ -148,6 +173,7 @@ def _make_task(
     max_attempts: int | None,
     backoff: Backoff | None,
     timeout_ms: int | None,
+    result_ttl_ms: int | None = None,
 ) -> Task:
     return Task(
         name=name,
@@ -157,6 +183,7 @@ def _make_task(
         max_attempts=max_attempts,
         backoff=backoff,
         timeout_ms=timeout_ms,
+        result_ttl_ms=result_ttl_ms,
     )
 
 

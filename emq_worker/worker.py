@@ -14,8 +14,6 @@ from dataclasses import dataclass
 import anyio
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.clock import Clock, MonotonicClock
 from emq_worker.config import WorkerSettings
@@ -24,6 +22,7 @@ from emq_worker.http import BeatNotifier, HttpEndpoint, MeteredSweep, WorkerColl
 from emq_worker.jobgroup import JobGroup
 from emq_worker.lease import LeaseBook, SlotSignal
 from emq_worker.log import get_logger
+from emq_worker.looplag import LoopLag, warn_after_ms
 from emq_worker.metrics import Counters
 from emq_worker.queue import Queue
 from emq_worker.registry import WorkerRegistry
@@ -31,6 +30,7 @@ from emq_worker.renewal import RenewalSweep
 from emq_worker.runner import JobRunner
 from emq_worker.scripts import Scripts
 from emq_worker.sdnotify import Notifier
+from emq_worker.serverchecks import RETRYABLE, describe
 from emq_worker.settle import SettleBatcher
 from emq_worker.supervisor import Supervisor
 from emq_worker.tasks import App
@@ -74,6 +74,7 @@ class Worker:
         self.http: HttpEndpoint | None = None
         """The HTTP endpoint while it serves (settings.http); `http.port` is the bound port."""
         self.log = get_logger()
+        self.loop_lag = LoopLag(self._clock, warn_after_ms(settings.lease_ms))
 
     @property
     def stopping(self) -> bool:
@@ -162,6 +163,7 @@ class Worker:
             return Parts(queues, book, batcher, supervisor, RenewalSweep(*sweep_args))
         sweep = MeteredSweep(*sweep_args).meter(registry)
         collector = WorkerCollector(self.counters, book, beat)
+        collector.loop_lag = self.loop_lag
         registry.register(collector)
         http = HttpEndpoint(settings, client, queues, collector, registry, lambda: self.stopping)
         return Parts(queues, book, batcher, supervisor, sweep, http)
@@ -174,6 +176,7 @@ class Worker:
             if settings.renew:
                 background.start_soon(parts.sweep.run)
             background.start_soon(parts.batcher.run)
+            background.start_soon(self.loop_lag.run)
             if parts.http is not None:
                 await background.start(parts.http.serve)
                 self.http = parts.http
@@ -198,14 +201,18 @@ class Worker:
         with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S):
             try:
                 await self.presence.leave()
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                self.log.warning("leave_failed", error=str(exc))
+            except RETRYABLE as exc:
+                self.log.warning("leave_failed", error=describe(exc))
 
     async def _release(self, queues: dict[str, Queue], book: LeaseBook) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S):
             for name, held in book.queues():
                 leases = [lease for lease in held if not lease.settling]
-                released = await queues[name].release([lease.held for lease in leases])
+                try:
+                    released = await queues[name].release([lease.held for lease in leases])
+                except RETRYABLE as exc:  # e.g. READONLY: the reaper returns them after the lease
+                    self.log.warning("release_failed", queue=name, error=describe(exc))
+                    released = 0
                 self.counters.released += released
                 for lease in leases:
                     book.discard(lease)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from emq_worker import ids
 from emq_worker.cli import main
 from emq_worker.config import WorkerSettings
 from emq_worker.connection import redacted
+from emq_worker.credentials import with_password
 from emq_worker.errors import ConfigError
 from tests.support.server import REDIS_SERVER, RedisServer, free_port
 from tests.support.wait import eventually_sync
@@ -222,3 +225,148 @@ def _enqueue_and_run_one(url: str, queue_name: str, check: redis.Redis) -> None:
         assert check.hget(f"emq:{{{queue_name}}}:metrics:completed", "count") == b"1"
     finally:
         check.close()
+
+
+# --- TLS failures: each fails at start with a message naming the TLS problem ----------------
+
+
+def _client_certificate(directory: Path) -> tuple[Path, Path]:
+    """A client certificate signed by the CA `_certificates` made in `directory`."""
+    key, csr, cert = (directory / n for n in ("c.key", "c.csr", "c.pem"))
+    request = ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=emq-worker"]
+    sign = ["openssl", "x509", "-req", "-in", csr, "-CA", directory / "ca.pem"]
+    steps = [
+        [*request, "-keyout", key, "-out", csr],
+        [*sign, "-CAkey", directory / "ca.key", "-CAcreateserial", "-days", "1", "-out", cert],
+    ]
+    for step in steps:
+        subprocess.run([str(arg) for arg in step], check=True, capture_output=True)
+    return cert, key
+
+
+@contextmanager
+def _tls_server(directory: Path, *, auth_clients: bool = False) -> Iterator[tuple[int, Path]]:
+    """A TLS-only redis-server for 127.0.0.1 (port, CA file)."""
+    ca, cert, key = _certificates(directory)
+    port = free_port()
+    args = [REDIS_SERVER, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1"]
+    args += ["--tls-cert-file", str(cert), "--tls-key-file", str(key)]
+    args += ["--tls-ca-cert-file", str(ca), "--tls-auth-clients", "yes" if auth_clients else "no"]
+    args += ["--save", "", "--appendonly", "no", "--dir", str(directory)]
+    server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client_cert, client_key = _client_certificate(directory) if auth_clients else (None, None)
+        probe = redis.Redis(
+            host="127.0.0.1",
+            port=port,
+            ssl=True,
+            ssl_ca_certs=str(ca),
+            ssl_certfile=None if client_cert is None else str(client_cert),
+            ssl_keyfile=None if client_key is None else str(client_key),
+        )
+        eventually_sync(lambda: _answers(probe), what="the TLS server answering")
+        probe.close()
+        yield port, ca
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+def _run_burst(url: str, queue_name: str) -> tuple[int, str]:
+    args = ["run", "--queue", queue_name, "--app", "emq_worker.examples.orders:app", "--burst"]
+    result = CliRunner().invoke(main, [*args, "--log-format", "json"], env={"EMQ_REDIS_URL": url})
+    return result.exit_code, result.output
+
+
+def test_tls_with_a_client_certificate_works_and_without_one_is_refused(
+    tmp_path: Path, queue_name: str
+) -> None:
+    with _tls_server(tmp_path, auth_clients=True) as (port, ca):
+        cert, key = tmp_path / "c.pem", tmp_path / "c.key"
+        base = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca}"
+        code, output = _run_burst(f"{base}&ssl_certfile={cert}&ssl_keyfile={key}", queue_name)
+        assert code == 0, output
+        code, output = _run_burst(base, queue_name)
+        assert code == 1, output
+        assert "Traceback" not in output
+        assert f"Redis at rediss://127.0.0.1:{port}/0" in output
+
+
+@pytest.mark.parametrize("failure", ["wrong-ca", "host-name", "plaintext-port", "plain-to-tls"])
+def test_a_tls_mismatch_fails_at_start_with_a_clear_message(
+    tmp_path: Path, redis_server: RedisServer, queue_name: str, failure: str
+) -> None:
+    with _tls_server(_made(tmp_path / "server")) as (port, ca):
+        other_ca, _, _ = _certificates(_made(tmp_path / "other"))
+        url, expected = {
+            "wrong-ca": (
+                f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={other_ca}",
+                "certificate verify failed",
+            ),
+            "host-name": (
+                f"rediss://localhost:{port}/0?ssl_ca_certs={ca}",
+                "certificate verify failed",  # Hostname mismatch, certificate is not valid
+            ),
+            "plaintext-port": (
+                f"rediss://127.0.0.1:{redis_server.port}/0?ssl_ca_certs={ca}",
+                "is this port plaintext?",  # a plaintext server never answers the handshake
+            ),
+            "plain-to-tls": (f"redis://127.0.0.1:{port}/0", "use rediss://"),
+        }[failure]
+        code, output = _run_burst(url, queue_name)
+    assert code == 1, output
+    assert "Traceback" not in output
+    [error] = [line for line in output.splitlines() if line.startswith("Error:")]
+    assert expected in error
+    assert "Redis at " in error
+
+
+def _made(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+# --- passwords from files: never only in argv ------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["EMQ_REDIS_PASSWORD_FILE", "CREDENTIALS_DIRECTORY", "run"])
+def test_a_password_comes_from_a_file_never_only_from_argv(tmp_path: Path, source: str) -> None:
+    (tmp_path / "redis-password").write_text("p@ss:w/rd\n")
+    environ = {
+        "EMQ_REDIS_PASSWORD_FILE": {"EMQ_REDIS_PASSWORD_FILE": str(tmp_path / "redis-password")},
+        "CREDENTIALS_DIRECTORY": {"CREDENTIALS_DIRECTORY": str(tmp_path)},
+        "run": {},
+    }[source]
+    secrets_dir = tmp_path if source == "run" else tmp_path / "nothing-here"
+    url = with_password("redis://emq@127.0.0.1:6380/0", environ, secrets_dir)
+    assert url == "redis://emq:p%40ss%3Aw%2Frd@127.0.0.1:6380/0"
+    assert redacted(url) == "redis://emq:***@127.0.0.1:6380/0"
+    # A URL with its own password is left alone; no source leaves the URL as it was.
+    assert with_password("redis://emq:own@h:1/0", environ, secrets_dir) == "redis://emq:own@h:1/0"
+    assert with_password("redis://h:1/0", {}, tmp_path / "none") == "redis://h:1/0"
+
+
+def test_a_named_password_file_that_is_missing_or_empty_is_an_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    for path in (tmp_path / "missing", empty):
+        with pytest.raises(ConfigError, match=str(path)):
+            with_password("redis://h:1/0", {"EMQ_REDIS_PASSWORD_FILE": str(path)}, tmp_path)
+
+
+def test_the_cli_reads_the_password_file_and_never_prints_it(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "auth") as server:
+        admin = server.client()
+        admin.config_set("requirepass", PASSWORD)
+        admin.close()
+        secret = tmp_path / "redis-password"
+        secret.write_text(PASSWORD)
+        env = {"EMQ_REDIS_URL": server.url, "EMQ_REDIS_PASSWORD_FILE": str(secret)}
+        result = CliRunner().invoke(main, ["enqueue", "--queue", "q", "charge", "{}"], env=env)
+        assert result.exit_code == 0, result.output
+        secret.write_text("wrong")
+        result = CliRunner().invoke(main, ["enqueue", "--queue", "q", "charge", "{}"], env=env)
+    assert result.exit_code == 1
+    assert "WRONGPASS" in result.output
+    assert PASSWORD not in result.output
+    assert "wrong" not in result.output.replace("WRONGPASS", "")

@@ -4,23 +4,40 @@
 -- KEYS[2] = emq:{q}:active
 -- KEYS[3] = emq:{q}:meta
 -- KEYS[4] = emq:{q}:dead
+-- KEYS[5] = emq:{q}:limiter (the rate limit's counter: jobs leased in the current window)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = lease_ms (> 0): the deadline is server TIME + lease_ms
 -- ARGV[3] = count (> 0): the most jobs to lease
 -- ARGV[4] = nonce: random, unique per claim call; the lock subkey holds "<attempts>:<nonce>"
 --
 -- Reply: a flat array {status, phantoms, id1, payload1, attempts1, id2, ...}
---   status   = 'ok', or 'paused' when meta.paused is set (nothing is leased)
+--   status   = 'ok', or 'paused' when meta.paused is set (nothing is leased), or 'limited'
 --   phantoms = pending members that could not become jobs: a member whose row is gone is
---              dropped; a row without a payload goes to dead with a last_error (EchoMQ's D7)
+--              dropped; a row without a payload goes to dead with a last_error (EchoMQ's D7),
+--              and so does one whose payload is over 16 MiB (its size is read, never the
+--              payload), whose attempts is not an integer, or whose key is not a hash
+-- A 'limited' reply is {'limited', phantoms, retry_after_ms, reason, id1, payload1, ...}: a limit
+-- leaves no room for another job now (the jobs listed, maybe none, used the last of it):
+--   reason 'concurrency': meta.concurrency > 0 and ZCARD active reached it (retry_after_ms = 0:
+--                         when a slot frees, which the script cannot know), or
+--   reason 'rate':        meta.max jobs are leased in this window of meta.duration ms
+--                         (retry_after_ms = ms until the window ends).
+-- Rate windows are aligned on the server clock: [k x duration, (k+1) x duration). The limiter
+-- counts the window's leases and expires (PXAT) at the window's end; a counter whose expiry is
+-- another window's end is stale and counts 0. Below the limits, count is cut to the room left;
+-- when a cut count is leased in full, the reply is 'limited' so the caller holds back at once.
+-- Neither limit is read when meta has neither field: the fast path costs one HMGET.
+-- Events: 'claimed' per job leased, only while someone subscribes to p.."events".
 -- Each claim runs HINCRBY attempts 1 (the fencing token), sets state 'active', scores the id in
 -- active at the deadline and sets the lock subkey with PX 2 x lease_ms. The ids leased are kept
 -- in emq:{q}:claim:<nonce> (PX lease_ms): a claim re-sent with the same nonce (the client retried
 -- after a lost reply) returns the jobs the first one leased and still holds, without checking
 -- pause again, instead of stranding them until the reaper.
 --- @include now_ms
+--- @include events
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local memo = p .. 'claim:' .. nonce
+local MAX_PAYLOAD_BYTES = 16777216 -- emq_worker.payload_limits.MAX_PAYLOAD_BYTES (16 MiB)
 local reply = {'ok', 0}
 if redis.call('EXISTS', memo) == 1 then
   for _, id in ipairs(redis.call('LRANGE', memo, 0, -1)) do
@@ -34,25 +51,76 @@ if redis.call('EXISTS', memo) == 1 then
   end
   return reply
 end
-if redis.call('HEXISTS', KEYS[3], 'paused') == 1 then
+local meta = redis.call('HMGET', KEYS[3], 'paused', 'concurrency', 'max', 'duration')
+if meta[1] then
   return {'paused', 0}
 end
+local now, cut = nil, nil
+local ceiling = tonumber(meta[2]) or 0
+if ceiling > 0 then
+  local room = ceiling - redis.call('ZCARD', KEYS[2])
+  if room <= 0 then
+    return {'limited', 0, 0, 'concurrency'}
+  end
+  if room <= count then
+    count, cut = room, {0, 'concurrency'}
+  end
+end
+local rate_max, window = tonumber(meta[3]) or 0, tonumber(meta[4]) or 0
+local window_end, used = nil, 0
+if rate_max > 0 and window > 0 then
+  now = now_ms()
+  window_end = (math.floor(now / window) + 1) * window
+  if redis.call('PEXPIRETIME', KEYS[5]) == window_end then
+    used = tonumber(redis.call('GET', KEYS[5])) or 0
+  end
+  if used >= rate_max then
+    return {'limited', 0, window_end - now, 'rate'}
+  end
+  if rate_max - used <= count then
+    count, cut = rate_max - used, {window_end - now, 'rate'}
+  end
+end
+-- Fail before the first write, never half-way (a script error after ZPOPMIN would strand every
+-- job popped before it, in no set): a wrong-typed active set errors here with WRONGTYPE, and out
+-- of memory refuses this no-op SETRANGE on the absent memo (a script is stopped only at its first
+-- write that may grow memory, and only when nothing was written before it).
+redis.call('ZCARD', KEYS[2])
+redis.call('SETRANGE', memo, 0, '')
 local popped = redis.call('ZPOPMIN', KEYS[1], count)
 if #popped == 0 then
   return reply
 end
-local deadline = now_ms() + lease
+now = now or now_ms()
+local deadline = now + lease
 local claimed = {}
 for i = 1, #popped, 2 do
   local id = popped[i]
   local row = p .. 'job:' .. id
-  local payload = redis.call('HGET', row, 'payload')
-  if not payload and redis.call('EXISTS', row) == 1 then
+  -- A row that cannot become a job goes to dead with its reason, read without raising: a key
+  -- that is not a hash, no payload, a payload over MAX_PAYLOAD_BYTES (never read), or an
+  -- attempts field that is not an integer.
+  local size = redis.pcall('HSTRLEN', row, 'payload')
+  local payload, attempts = nil, nil
+  if type(size) == 'number' and size <= MAX_PAYLOAD_BYTES then
+    payload = redis.call('HGET', row, 'payload')
+  end
+  if payload then
+    attempts = redis.pcall('HINCRBY', row, 'attempts', 1)
+  end
+  if type(attempts) ~= 'number' and redis.call('EXISTS', row) == 1 then
     redis.call('ZADD', KEYS[4], 0, id)
-    redis.call('HSET', row, 'state', 'dead', 'last_error', 'row has no payload')
+    if type(size) == 'number' then
+      local reason = 'row has no payload'
+      if size > MAX_PAYLOAD_BYTES then
+        reason = 'payload is ' .. size .. ' bytes, over the limit of ' .. MAX_PAYLOAD_BYTES
+      elseif payload then
+        reason = 'attempts is not an integer: ' .. tostring(redis.call('HGET', row, 'attempts'))
+      end
+      redis.call('HSET', row, 'state', 'dead', 'last_error', reason)
+    end
     reply[2] = reply[2] + 1
   elseif payload then
-    local attempts = redis.call('HINCRBY', row, 'attempts', 1)
     redis.call('HSET', row, 'state', 'active')
     redis.call('SET', row .. ':lock', attempts .. ':' .. nonce, 'PX', 2 * lease)
     claimed[#claimed + 1] = id
@@ -77,5 +145,23 @@ for first = 1, #claimed, 500 do
 end
 if #claimed > 0 then
   redis.call('PEXPIRE', memo, lease)
+  if window_end then
+    if used == 0 then
+      redis.call('SET', KEYS[5], #claimed, 'PXAT', window_end)
+    else
+      redis.call('INCRBY', KEYS[5], #claimed)
+    end
+  end
+  if listening(p) then
+    for i = 3, #reply, 3 do
+      emit(p, 'claimed', reply[i], reply[i + 2], now)
+    end
+  end
+end
+-- The limit bound this claim (it popped all the count it allowed): say so with the jobs.
+if cut and #popped == 2 * count then
+  table.insert(reply, 3, cut[2])
+  table.insert(reply, 3, cut[1])
+  reply[1] = 'limited'
 end
 return reply

@@ -14,10 +14,15 @@
 --        when the batch was full and another call may find more; outcome is 'pending' or 'dead'
 --        for each job reaped (phantoms are not listed). Each reaped job loses its lock subkey;
 --        returned jobs push wake tokens.
+-- Events: 'reaped' per job reaped (outcome pending or dead; error for dead), only while someone
+-- subscribes to p.."events".
 --- @include now_ms
 --- @include fence
+--- @include events
 local p, batch, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, batch)
+local now = now_ms()
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
+local listeners = #expired > 0 and listening(p)
 local returned, dead, phantoms = 0, 0, 0
 local reaped = {}
 for _, id in ipairs(expired) do
@@ -27,17 +32,23 @@ for _, id in ipairs(expired) do
   if not fields[1] then
     phantoms = phantoms + 1
   elseif tonumber(fields[1]) - tonumber(fields[2] or '0') >= max then
+    local reason = 'lease expired on attempt ' .. fields[1] .. ' (max_attempts ' .. max .. ')'
     redis.call('ZADD', KEYS[3], 0, id)
-    redis.call('HSET', row, 'state', 'dead',
-      'last_error', 'lease expired on attempt ' .. fields[1] .. ' (max_attempts ' .. max .. ')')
+    redis.call('HSET', row, 'state', 'dead', 'last_error', reason)
     redis.call('HINCRBY', KEYS[4], 'count', 1)
     dead = dead + 1
+    if listeners then
+      emit(p, 'reaped', id, fields[1], now, {outcome = 'dead', error = reason})
+    end
     reaped[#reaped + 1] = id
     reaped[#reaped + 1] = 'dead'
   else
     redis.call('ZADD', KEYS[2], 0, id)
     redis.call('HSET', row, 'state', 'pending')
     returned = returned + 1
+    if listeners then
+      emit(p, 'reaped', id, fields[1], now, {outcome = 'pending'})
+    end
     reaped[#reaped + 1] = id
     reaped[#reaped + 1] = 'pending'
   end

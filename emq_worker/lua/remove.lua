@@ -6,7 +6,8 @@
 -- KEYS[4] = emq:{q}:dead
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = job id
--- ARGV[3] = dedup id, or "" (its de:<did> key is deleted only while it still names this job)
+-- ARGV[3] = dedup id, or "" for the row's own `dedup` field (its de:<did> key is deleted only
+--           while it still names this job)
 -- ARGV[4] = "dead" to remove the job only while it is in dead (purging the morgue), or ""
 --
 -- Reply: 1 removed, -1 gone (no row). Removes the row and its logs and receipt subkeys.
@@ -25,6 +26,9 @@ if ARGV[4] == 'dead' and not redis.call('ZSCORE', KEYS[4], id) then
 end
 for i = 1, 4 do
   redis.call('ZREM', KEYS[i], id)
+end
+if did == '' then
+  did = redis.call('HGET', row, 'dedup') or ''
 end
 if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
   redis.call('DEL', p .. 'de:' .. did)

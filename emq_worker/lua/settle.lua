@@ -10,8 +10,12 @@
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = receipt_ms: how long each holder's receipt answers a re-sent settle
 -- ARGV[3] = n, the number of completions that follow
--- ARGV[4..] = n triples, one per completed job: id, token, nonce. The row, its lock and logs
---             subkeys are deleted; metrics:completed counts them.
+-- ARGV[4] = r, how many of those n store a result (they come first; 0 on the common path)
+-- ARGV[5..] = r quintuples, id, token, nonce, result_ttl_ms, result, then n - r triples, id,
+--             token, nonce: one per completed job. The row, its lock and logs subkeys are
+--             deleted, and the row's de:<dedup> key while it names the job; metrics:completed
+--             counts them. A result is SET at p.."result:"..id with PX result_ttl_ms, and
+--             p.."result:"..id..":ready" gets one "1" with the same TTL (waiters block on it).
 -- then    = one sextuple per failed job: id, token, nonce, delay_ms, max_attempts, error. It is
 --           retried after delay_ms into schedule (0: straight back to pending, with a wake), or
 --           moved to dead once attempts - attempts_base >= max_attempts (0 dead-letters at once:
@@ -29,13 +33,17 @@
 --                        or missing from the set its state names); nothing changed
 -- Accepted while the job is active, or reaped back to pending and not yet re-claimed (late but
 -- uncontested).
+-- Events, only while someone subscribes to p.."events": 'completed'; 'failed' (outcome pending
+-- or scheduled) or 'dead', with the error; 'fenced' for a stale, gone or state refusal.
 --- @include now_ms
 --- @include fence
+--- @include events
 local p, receipt_ms, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local reply, completed, woken, scheduled = {}, 0, 0, 0
 local now = nil
 
 local cancels = redis.call('SCARD', KEYS[6]) > 0
+local listeners = listening(p)
 
 local function answer(row, id, token, nonce, outcome)
   if cancels then
@@ -46,28 +54,55 @@ local function answer(row, id, token, nonce, outcome)
   reply[#reply + 1] = outcome
 end
 
-local function refuse(refusal)
+local function refuse(refusal, id, token)
   reply[#reply + 1] = refusal[1]
   reply[#reply + 1] = refusal[2] or ''
+  if listeners and refusal[1] ~= 'settled' then
+    now = now or now_ms()
+    emit(p, 'fenced', id, token, now, {outcome = refusal[1], current = refusal[2] or ''})
+  end
 end
 
-local failures_from = 4 + 3 * n
-for i = 4, failures_from - 1, 3 do
-  local id, token, nonce = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local row, refusal = settle_admit(p, id, token, nonce)
+local function complete(id, token, nonce)
+  local row, refusal, did = settle_admit(p, id, token, nonce)
   if refusal then
-    refuse(refusal)
-  else
-    redis.call('DEL', row, row .. ':lock', row .. ':logs')
-    completed = completed + 1
-    answer(row, id, token, nonce, 'completed')
+    refuse(refusal, id, token)
+    return false
   end
+  if did and redis.call('GET', p .. 'de:' .. did) == id then
+    redis.call('DEL', p .. 'de:' .. did)
+  end
+  redis.call('DEL', row, row .. ':lock', row .. ':logs')
+  completed = completed + 1
+  answer(row, id, token, nonce, 'completed')
+  if listeners then
+    now = now or now_ms()
+    emit(p, 'completed', id, token, now)
+  end
+  return true
+end
+
+local with_results = tonumber(ARGV[4])
+local plain_from = 5 + 5 * with_results
+local failures_from = plain_from + 3 * (n - with_results)
+for i = 5, plain_from - 1, 5 do
+  local id = ARGV[i]
+  if complete(id, ARGV[i + 1], ARGV[i + 2]) then
+    local key, ttl = p .. 'result:' .. id, ARGV[i + 3]
+    redis.call('SET', key, ARGV[i + 4], 'PX', ttl)
+    redis.call('DEL', key .. ':ready')
+    redis.call('RPUSH', key .. ':ready', '1')
+    redis.call('PEXPIRE', key .. ':ready', ttl)
+  end
+end
+for i = plain_from, failures_from - 1, 3 do
+  complete(ARGV[i], ARGV[i + 1], ARGV[i + 2])
 end
 for i = failures_from, #ARGV, 6 do
   local id, token, nonce = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local row, refusal = settle_admit(p, id, token, nonce)
   if refusal then
-    refuse(refusal)
+    refuse(refusal, id, token)
   else
     local delay, max = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
     local base = tonumber(redis.call('HGET', row, 'attempts_base') or '0')
@@ -89,6 +124,11 @@ for i = failures_from, #ARGV, 6 do
     redis.call('HSET', row, 'state', outcome, 'last_error', ARGV[i + 5])
     redis.call('DEL', row .. ':lock')
     answer(row, id, token, nonce, outcome)
+    if listeners then
+      now = now or now_ms()
+      emit(p, outcome == 'dead' and 'dead' or 'failed', id, token, now,
+        {outcome = outcome, error = ARGV[i + 5]})
+    end
   end
 end
 if completed > 0 then

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -24,11 +25,22 @@ def free_port() -> int:
 
 
 class RedisServer:
+    """`appendfsync` ("always", "everysec", "no") applies when `appendonly`; `extra` arguments go
+    last on the command line (e.g. `("--maxmemory", "10mb")`). `restart` keeps port and dir."""
+
     def __init__(
-        self, directory: Path, *, appendonly: bool = False, port: int | None = None
+        self,
+        directory: Path,
+        *,
+        appendonly: bool = False,
+        port: int | None = None,
+        appendfsync: str = "always",
+        extra: Sequence[str] = (),
     ) -> None:
         self.directory = directory
         self.appendonly = appendonly
+        self.appendfsync = appendfsync
+        self.extra = tuple(extra)
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -51,9 +63,10 @@ class RedisServer:
             "--appendonly",
             "yes" if self.appendonly else "no",
             "--appendfsync",
-            "always",
+            self.appendfsync,
             "--logfile",
             str(self.directory / "redis.log"),
+            *self.extra,
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait_ping()
@@ -82,6 +95,15 @@ class RedisServer:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=10)
             self.process = None
+
+    def restart(self, *, crash: bool = True) -> None:
+        """SIGKILL (or, with crash=False, a clean stop) then start again on the same port and
+        directory: with appendonly the data comes back from the AOF, without it it is gone."""
+        if crash:
+            self.kill()
+        else:
+            self.stop()
+        self.start()
 
     def stop(self) -> None:
         if self.process is not None:
