@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from emq_worker.errors import EmqError, LockedError, StateError
 from emq_worker.jobwrites import read_log
@@ -106,20 +107,35 @@ async def open_queue(client: Redis, scripts: Scripts, name: str) -> Queue:
 # --- stats --------------------------------------------------------------------------------
 
 
+NO_COUNTS = Counts(0, 0, 0, 0, 0, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStats:
     queue: str
     paused: bool
     counts: Counts
+    error: str = ""
+    """Why the counts could not be read (a key of the wrong type); the counts are then 0."""
 
     def as_dict(self) -> dict[str, Any]:
         values = {name: getattr(self.counts, name) for name in COUNT_FIELDS}
-        return {"queue": self.queue, "paused": self.paused, **values}
+        error = {"error": self.error} if self.error else {}
+        return {"queue": self.queue, "paused": self.paused, **values, **error}
 
 
 async def queue_stats(queue: Queue) -> QueueStats:
-    counts = await queue.counts()
-    paused = bool(await queue.client.hexists(queue.keys.meta, "paused"))
+    """One queue's depths and counters. A key of the wrong type (WRONGTYPE: something else wrote
+    into the queue's keyspace) is reported for that queue alone; the other queues still list."""
+    try:
+        counts = await queue.counts()
+        paused = bool(await queue.client.hexists(queue.keys.meta, "paused"))
+    except ResponseError as exc:
+        # redis-py wraps a pipeline's error in "Command # n (...) of pipeline caused error":
+        # lead with the error's own code, which is what an operator searches for.
+        reason = str(exc)
+        code = next((c for c in ("WRONGTYPE", "NOPERM") if c in reason), "ERR")
+        return QueueStats(queue.name, False, NO_COUNTS, error=f"{code}: {reason}")
     return QueueStats(queue.name, paused, counts)
 
 
@@ -382,8 +398,11 @@ def render_stats(stats: Sequence[QueueStats], discovery: Discovery | None) -> st
     rows = [
         [s.queue, "yes" if s.paused else "no", *(getattr(s.counts, f) for f in COUNT_FIELDS)]
         for s in stats
+        if not s.error
     ]
-    lines = [table(["queue", "paused", *COUNT_FIELDS], rows)] if rows else ["no queues found"]
+    lines = [table(["queue", "paused", *COUNT_FIELDS], rows)] if rows else []
+    lines += [f"{s.queue}: cannot read its counts: {s.error}" for s in stats if s.error]
+    lines = lines or ["no queues found"]
     if discovery is not None and not discovery.complete:
         lines.append(
             f"(queue scan cut short after {discovery.scan_calls} SCAN calls of COUNT "

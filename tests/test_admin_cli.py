@@ -116,6 +116,27 @@ def test_stats_reports_depths_and_counters_as_json_and_as_a_table(
     assert row.split() == [queue_name, "no", *(str(n) for n in COUNTS.values())]
 
 
+def test_a_queue_with_a_wrong_typed_key_is_reported_and_the_others_still_list(
+    tmp_path: Path,
+) -> None:
+    with RedisServer(tmp_path / "r") as server:
+        on_queue(server.url, "orders", populate)
+        client = server.client()
+        try:
+            client.set("emq:{broken}:pending", "not a sorted set")
+        finally:
+            client.close()
+        report = as_json(cli(server.url, "stats", "--json"))
+        broken, orders = report["queues"]
+        assert orders == {"queue": "orders", "paused": False, **COUNTS}
+        assert broken["queue"] == "broken"
+        assert "WRONGTYPE" in broken["error"]
+        table = cli(server.url, "stats")
+        assert table.exit_code == 0, table.output
+        assert "broken: cannot read its counts: WRONGTYPE" in table.output
+        assert "orders" in table.output.splitlines()[1]
+
+
 def test_stats_discovers_queues_by_a_bounded_scan_and_says_when_it_was_cut_short(
     tmp_path: Path,
 ) -> None:

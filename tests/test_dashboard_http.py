@@ -136,6 +136,28 @@ async def test_every_queue_is_listed_with_its_depths_and_counters(
     assert 'data-poll="/fragments/queues"' in page.text  # the page refreshes itself
 
 
+async def test_a_queue_with_a_wrong_typed_key_shows_why_and_the_others_still_list(
+    client: Redis, redis_url: str, queue: Queue
+) -> None:
+    await enqueue(queue)
+    broken = f"{queue.name}-broken"
+    await client.set(f"emq:{{{broken}}}:pending", "not a sorted set")
+    try:
+        async with browsing(client, redis_url) as http:
+            api = await http.get("/api/queues")
+            page = await http.get("/")
+    finally:
+        await client.delete(f"emq:{{{broken}}}:pending")
+    assert api.status_code == 200
+    listed = {q["queue"]: q for q in api.json()["queues"]}
+    assert listed[queue.name]["pending"] == 1
+    assert "WRONGTYPE" in listed[broken]["error"]
+    assert page.status_code == 200
+    row = re.search(rf'<tr data-queue="{re.escape(broken)}">(.*?)</tr>', page.text, re.S)
+    assert row, page.text
+    assert "cannot read its counts: WRONGTYPE" in row.group(1)
+
+
 async def test_an_unknown_queue_is_404_and_a_malformed_name_400(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
