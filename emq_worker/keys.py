@@ -41,6 +41,9 @@ class QueueKeys:
     failed: str
     cancel: str
     """SET of running job ids an operator asked to cancel (read by the renewal sweep)."""
+    suspects: str
+    """SET of job ids the reaper took back twice, or before their last attempt: each is claimed
+    alone (see lua/reap.lua)."""
 
     @classmethod
     def of(cls, queue: str) -> QueueKeys:
@@ -57,6 +60,7 @@ class QueueKeys:
             completed=p + "metrics:completed",
             failed=p + "metrics:failed",
             cancel=p + "cancel",
+            suspects=p + "suspects",
         )
 
     def job(self, job_id: str) -> str:

@@ -35,6 +35,13 @@ class ClaimResult:
     paused: bool
     phantoms: int
     limited: Limited | None = None
+    solo: bool = False
+    """The one job leased is a suspect (reaped twice, or reaped before its last attempt):
+    it runs with nothing else beside it, and nothing is claimed while it runs. Never with
+    `limited`: the next claim learns any limit afresh."""
+
+
+CLAIM_STATUSES = frozenset({"ok", "paused", "limited", "solo"})
 
 
 class SettleStatus(StrEnum):
@@ -106,14 +113,19 @@ def settle_results(reply: Any, expected: int) -> list[SettleResult]:
 
 
 def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:
-    """{status, phantoms, jobs...}, or {'limited', phantoms, retry_after_ms, reason, jobs...}."""
-    limited = None
-    first = 2
-    if isinstance(reply, list) and len(reply) >= 4 and text(reply[0]) == "limited":
-        limited = Limited(reason=text(reply[3]), retry_after_ms=max(0, int(reply[2])))
-        first = 4
-    if not isinstance(reply, list) or len(reply) < first or (len(reply) - first) % 3:
+    """{status, phantoms, jobs...}, or {'limited', phantoms, retry_after_ms, reason, jobs...};
+    status is 'ok', 'paused' (no jobs), 'limited' or 'solo' (exactly one job)."""
+    if not isinstance(reply, list) or len(reply) < 2 or text(reply[0]) not in CLAIM_STATUSES:
         raise ScriptError(f"unexpected claim reply: {reply!r}")
+    status = text(reply[0])
+    first = 4 if status == "limited" else 2
+    if len(reply) < first or (len(reply) - first) % 3:
+        raise ScriptError(f"unexpected claim reply: {reply!r}")
+    limited = None
+    if status == "limited":
+        limited = Limited(reason=text(reply[3]), retry_after_ms=max(0, int(reply[2])))
+    if status == "solo" and len(reply) != first + 3:
+        raise ScriptError(f"a 'solo' claim reply must hold exactly one job: {reply!r}")
     jobs = []
     for i in range(first, len(reply), 3):
         payload = reply[i + 1]
@@ -126,8 +138,13 @@ def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:
                 nonce=nonce,
             )
         )
-    paused = text(reply[0]) == "paused"
-    return ClaimResult(tuple(jobs), paused=paused, phantoms=int(reply[1]), limited=limited)
+    return ClaimResult(
+        tuple(jobs),
+        paused=status == "paused",
+        phantoms=int(reply[1]),
+        limited=limited,
+        solo=status == "solo",
+    )
 
 
 def lost_leases(reply: Any) -> list[LostLease]:

@@ -119,7 +119,7 @@ class Queue:
         reply = await self.scripts.call(
             self.client,
             "claim",
-            [k.pending, k.active, k.meta, k.dead, k.prefix + LIMITER],
+            [k.pending, k.active, k.meta, k.dead, k.prefix + LIMITER, k.suspects],
             [k.prefix, lease_ms, count, nonce],
         )
         return claim_result(self.name, nonce, reply)
@@ -169,7 +169,7 @@ class Queue:
         reply = await self.scripts.call(
             self.client,
             "settle",
-            [k.completed, k.schedule, k.dead, k.failed, k.wake, k.cancel],
+            [k.completed, k.schedule, k.dead, k.failed, k.wake, k.cancel, k.suspects],
             args,
         )
         results = settle_results(reply, len(outcomes))
@@ -207,7 +207,7 @@ class Queue:
         reply = await self.scripts.call(
             self.client,
             "reap",
-            [k.active, k.pending, k.dead, k.failed, k.wake],
+            [k.active, k.pending, k.dead, k.failed, k.wake, k.suspects],
             [k.prefix, batch, max_attempts],
         )
         return reap_result(reply)
@@ -226,7 +226,7 @@ class Queue:
         reply = await self.scripts.call(
             self.client,
             "remove",
-            [k.pending, k.active, k.schedule, k.dead],
+            [k.pending, k.active, k.schedule, k.dead, k.suspects],
             [k.prefix, job_id, dedup_id, "dead" if only_dead else ""],
         )
         return int(reply) == 1
@@ -235,7 +235,7 @@ class Queue:
         """Return a dead job to pending with a fresh retry budget; False when it was gone."""
         k = self.keys
         reply = await self.scripts.call(
-            self.client, "reprocess", [k.dead, k.pending, k.wake], [k.prefix, job_id]
+            self.client, "reprocess", [k.dead, k.pending, k.wake, k.suspects], [k.prefix, job_id]
         )
         return int(reply) == 1
 

@@ -20,7 +20,7 @@ from emq_worker import codec
 from emq_worker.config import WorkerSettings
 from emq_worker.context import JobContext
 from emq_worker.errors import PayloadError, UnknownTaskError
-from emq_worker.lease import Lease
+from emq_worker.lease import Lease, LeaseBook
 from emq_worker.log import get_logger
 from emq_worker.options import JobOptions
 from emq_worker.outcomes import ClaimedJob
@@ -85,6 +85,20 @@ class JobRunner:
             )
             return
         self.batcher.submit(lease, outcome, call.task.name, seconds)
+
+    async def run_alone(self, lease: Lease, book: LeaseBook) -> None:
+        """Run a suspect job (claimed 'solo') once nothing else this worker held is left: if it
+        kills the process, no other job dies with it. Its lease is held and renewed meanwhile."""
+        lease.task = asyncio.current_task()
+        try:
+            await book.wait_alone(lease)
+        except asyncio.CancelledError:
+            if not (lease.lost or lease.cancel_requested):
+                raise  # the worker is stopping: the lease is handed back
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+        await self.run(lease)  # settles a cancelled job dead; a lost one is dropped
 
     def _prepare(self, job: ClaimedJob) -> Call:
         writer = self.batcher.queues.get(job.queue)

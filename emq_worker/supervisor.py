@@ -4,6 +4,10 @@ Reap and promote run once per beat. Drain claims as many ready jobs as there are
 script calls of at most CLAIM_BATCH jobs, queues served in the order given. Park sleeps until the
 next beat or the next scheduled job is due; it returns early on a wake token (new work) when
 slots are free, or when a running job frees a slot while all are taken.
+
+A claim replies 'solo' for a suspect (a job whose holders died or froze running it): it runs
+once every other job here has finished, and nothing is claimed until its handler returns, so a job
+that kills its process takes no other job with it.
 """
 
 from __future__ import annotations
@@ -92,6 +96,8 @@ class Supervisor:
         self._woken = False
         self._paused_seen: set[str] = set()
         self._wakes = WakeWaiter(client)
+        self._solo: Lease | None = None
+        """The suspect claimed 'solo', until its handler returns: nothing is claimed meanwhile."""
 
     def request_stop(self) -> None:
         """Stop claiming; the current park ends at once."""
@@ -213,6 +219,8 @@ class Supervisor:
         deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
         for queue in self.queues:
             while not self._stopping:
+                if self._solo_running():
+                    return drained
                 if self.clock.monotonic() >= deadline:
                     drained.more = True
                     return drained
@@ -223,14 +231,7 @@ class Supervisor:
                 result = await self._claim(queue, min(free, CLAIM_BATCH))
                 self._note_pause(queue.name, result.paused)
                 self.counters.phantoms += result.phantoms
-                for job in result.jobs:
-                    lease = Lease(job=job, confirmed_at=claimed_at)
-                    self.book.add(lease)
-                    jobs.start(self.runner.run, lease)
-                    if self._log_jobs:
-                        self.log.info(
-                            "job_claimed", queue=job.queue, job_id=job.id, attempts=job.token
-                        )
+                self._start(jobs, result, claimed_at)
                 self.counters.claimed += len(result.jobs)
                 if result.jobs:
                     self.counters.by_queue[(queue.name, "claimed")] += len(result.jobs)
@@ -241,6 +242,31 @@ class Supervisor:
                 if len(result.jobs) + result.phantoms < min(free, CLAIM_BATCH):
                     break
         return drained
+
+    def _start(self, jobs: JobGroup, result: ClaimResult, claimed_at: float) -> None:
+        for job in result.jobs:
+            lease = Lease(job=job, confirmed_at=claimed_at)
+            self.book.add(lease)
+            if result.solo:
+                self._solo = lease
+                jobs.start(self.runner.run_alone, lease, self.book)
+            else:
+                jobs.start(self.runner.run, lease)
+            if self._log_jobs:
+                self.log.info(
+                    "job_claimed",
+                    queue=job.queue,
+                    job_id=job.id,
+                    attempts=job.token,
+                    **({"solo": True} if result.solo else {}),
+                )
+
+    def _solo_running(self) -> bool:
+        """A suspect claimed 'solo' waits to run or runs (its handler has not returned)."""
+        solo = self._solo
+        if solo is not None and (solo.settling or not self.book.holds(solo)):
+            self._solo = solo = None
+        return solo is not None
 
     async def _claim(self, queue: Queue, count: int) -> ClaimResult:
         """Claim; when the connection drops before the reply, claim once more with the same
@@ -293,7 +319,7 @@ class Supervisor:
         with anyio.CancelScope() as scope:
             self._park_scope = scope
             try:
-                if self.book.running >= self.settings.concurrency:
+                if self.book.running >= self.settings.concurrency or self._solo_running():
                     with anyio.move_on_after(timeout):
                         await self.slots.arm().wait()
                 else:

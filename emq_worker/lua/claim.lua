@@ -5,13 +5,15 @@
 -- KEYS[3] = emq:{q}:meta
 -- KEYS[4] = emq:{q}:dead
 -- KEYS[5] = emq:{q}:limiter (the rate limit's counter: jobs leased in the current window)
+-- KEYS[6] = emq:{q}:suspects (SET of ids reap.lua marked: see 'solo' below)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = lease_ms (> 0): the deadline is server TIME + lease_ms
 -- ARGV[3] = count (> 0): the most jobs to lease
 -- ARGV[4] = nonce: random, unique per claim call; the lock subkey holds "<attempts>:<nonce>"
 --
 -- Reply: a flat array {status, phantoms, id1, payload1, attempts1, id2, ...}
---   status   = 'ok', or 'paused' when meta.paused is set (nothing is leased), or 'limited'
+--   status   = 'ok', or 'paused' when meta.paused is set (nothing is leased), or 'limited',
+--              or 'solo': the one job listed is a suspect and must run alone (below)
 --   phantoms = pending members that could not become jobs: a member whose row is gone is
 --              dropped; a row without a payload goes to dead with a last_error (EchoMQ's D7),
 --              and so does one whose payload is over 16 MiB (its size is read, never the
@@ -27,12 +29,21 @@
 -- another window's end is stale and counts 0. Below the limits, count is cut to the room left;
 -- when a cut count is leased in full, the reply is 'limited' so the caller holds back at once.
 -- Neither limit is read when meta has neither field: the fast path costs one HMGET.
+-- Suspects: a job the reaper returned to pending twice, or before its last attempt (its holders
+-- died or froze while running it), may be what killed their process. A claim leases at most one suspect, and only alone: when the first
+-- popped job is a suspect it is leased by itself, with status 'solo' (the worker runs nothing
+-- else beside it); when a later popped job is, the claim stops before it. The popped jobs not
+-- leased go back to pending with their scores (mint order is kept), with one wake token each on
+-- p.."wake" (this worker may not take them now; another may). A 'solo' reply never says
+-- 'limited' (the worker claims nothing while the suspect runs; its next claim learns any limit
+-- afresh). Suspects are looked up only while SCARD suspects > 0: one call otherwise.
 -- Events: 'claimed' per job leased, only while someone subscribes to p.."events".
 -- Each claim runs HINCRBY attempts 1 (the fencing token), sets state 'active', scores the id in
 -- active at the deadline and sets the lock subkey with PX 2 x lease_ms. The ids leased are kept
 -- in emq:{q}:claim:<nonce> (PX lease_ms): a claim re-sent with the same nonce (the client retried
 -- after a lost reply) returns the jobs the first one leased and still holds, without checking
--- pause again, instead of stranding them until the reaper.
+-- pause again, instead of stranding them until the reaper; a job it returns that is still a
+-- suspect was leased alone, so the reply is 'solo' again.
 --- @include now_ms
 --- @include events
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -47,6 +58,9 @@ if redis.call('EXISTS', memo) == 1 then
       reply[#reply + 1] = id
       reply[#reply + 1] = fields[2]
       reply[#reply + 1] = tonumber(fields[1])
+      if redis.call('SISMEMBER', KEYS[6], id) == 1 then
+        reply[1] = 'solo'
+      end
     end
   end
   return reply
@@ -82,14 +96,48 @@ if rate_max > 0 and window > 0 then
   end
 end
 -- Fail before the first write, never half-way (a script error after ZPOPMIN would strand every
--- job popped before it, in no set): a wrong-typed active set errors here with WRONGTYPE, and out
--- of memory refuses this no-op SETRANGE on the absent memo (a script is stopped only at its first
--- write that may grow memory, and only when nothing was written before it).
+-- job popped before it, in no set): a wrong-typed active or suspects set errors here with
+-- WRONGTYPE, and out of memory refuses this no-op SETRANGE on the absent memo (a script is stopped
+-- only at its first write that may grow memory, and only when nothing was written before it).
 redis.call('ZCARD', KEYS[2])
+local suspects = redis.call('SCARD', KEYS[6]) > 0
 redis.call('SETRANGE', memo, 0, '')
 local popped = redis.call('ZPOPMIN', KEYS[1], count)
 if #popped == 0 then
   return reply
+end
+-- Wake tokens for the jobs put back, best effort (pcall: a wrong-typed wake key must not fail
+-- the call after ZPOPMIN), as many as jobs and at most 64, as the other scripts push them.
+local function announce(n)
+  local tokens = {}
+  for i = 1, math.min(n, 64) do
+    tokens[i] = '1'
+  end
+  if #tokens > 0 then
+    redis.pcall('LPUSH', p .. 'wake', unpack(tokens))
+    redis.pcall('LTRIM', p .. 'wake', 0, 63)
+  end
+end
+if suspects then
+  -- Keep the jobs before the first suspect, or the suspect alone when it comes first; the rest
+  -- go back to pending as they were.
+  for i = 1, #popped, 2 do
+    if redis.call('SISMEMBER', KEYS[6], popped[i]) == 1 then
+      local keep = i - 1
+      if i == 1 then
+        keep = 2
+        reply[1] = 'solo'
+      end
+      for j = keep + 1, #popped, 2 do
+        redis.call('ZADD', KEYS[1], popped[j + 1], popped[j])
+      end
+      announce((#popped - keep) / 2)
+      for j = #popped, keep + 1, -1 do
+        popped[j] = nil
+      end
+      break
+    end
+  end
 end
 now = now or now_ms()
 local deadline = now + lease
@@ -107,6 +155,9 @@ for i = 1, #popped, 2 do
   end
   if payload then
     attempts = redis.pcall('HINCRBY', row, 'attempts', 1)
+  end
+  if type(attempts) ~= 'number' and suspects then
+    redis.call('SREM', KEYS[6], id) -- dead or gone: no longer a suspect
   end
   if type(attempts) ~= 'number' and redis.call('EXISTS', row) == 1 then
     redis.call('ZADD', KEYS[4], 0, id)
@@ -158,8 +209,11 @@ if #claimed > 0 then
     end
   end
 end
--- The limit bound this claim (it popped all the count it allowed): say so with the jobs.
-if cut and #popped == 2 * count then
+if reply[1] == 'solo' and #claimed == 0 then
+  reply[1] = 'ok' -- the suspect was a phantom: nothing runs alone
+end
+-- The limit bound this claim (it leased all the count it allowed): say so with the jobs.
+if cut and #popped == 2 * count and reply[1] == 'ok' then
   table.insert(reply, 3, cut[2])
   table.insert(reply, 3, cut[1])
   reply[1] = 'limited'

@@ -5,6 +5,12 @@
 -- KEYS[3] = emq:{q}:dead
 -- KEYS[4] = emq:{q}:metrics:failed
 -- KEYS[5] = emq:{q}:wake
+-- KEYS[6] = emq:{q}:suspects: a job returned to pending is SADDed (claim leases it alone) when
+--           this is its second reap (the row's `reaps` counts them), or when its next attempt is
+--           its last: its holders died or froze running it twice, maybe because of it, or
+--           one more death beside another job would dead-letter it. A job dead-lettered or found
+--           gone is SREMed. (A single death, a crash, a freeze or a partition, leaves its jobs
+--           free to run again side by side: the fleet recovers at full concurrency.)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = batch: the most leases to reap in this call (ZRANGEBYSCORE ... LIMIT 0 batch)
 -- ARGV[3] = max_attempts: a lease that expires at attempts - attempts_base >= max_attempts goes
@@ -31,11 +37,13 @@ for _, id in ipairs(expired) do
   local fields = redis.call('HMGET', row, 'attempts', 'attempts_base')
   if not fields[1] then
     phantoms = phantoms + 1
+    redis.call('SREM', KEYS[6], id)
   elseif tonumber(fields[1]) - tonumber(fields[2] or '0') >= max then
     local reason = 'lease expired on attempt ' .. fields[1] .. ' (max_attempts ' .. max .. ')'
     redis.call('ZADD', KEYS[3], 0, id)
     redis.call('HSET', row, 'state', 'dead', 'last_error', reason)
     redis.call('HINCRBY', KEYS[4], 'count', 1)
+    redis.call('SREM', KEYS[6], id)
     dead = dead + 1
     if listeners then
       emit(p, 'reaped', id, fields[1], now, {outcome = 'dead', error = reason})
@@ -45,6 +53,10 @@ for _, id in ipairs(expired) do
   else
     redis.call('ZADD', KEYS[2], 0, id)
     redis.call('HSET', row, 'state', 'pending')
+    local reaps = redis.call('HINCRBY', row, 'reaps', 1)
+    if reaps >= 2 or tonumber(fields[1]) - tonumber(fields[2] or '0') + 1 >= max then
+      redis.call('SADD', KEYS[6], id)
+    end
     returned = returned + 1
     if listeners then
       emit(p, 'reaped', id, fields[1], now, {outcome = 'pending'})

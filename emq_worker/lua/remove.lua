@@ -4,6 +4,7 @@
 -- KEYS[2] = emq:{q}:active
 -- KEYS[3] = emq:{q}:schedule
 -- KEYS[4] = emq:{q}:dead
+-- KEYS[5] = emq:{q}:suspects (the removed job's id is SREMed)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = job id
 -- ARGV[3] = dedup id, or "" for the row's own `dedup` field (its de:<did> key is deleted only
@@ -33,5 +34,6 @@ end
 if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
   redis.call('DEL', p .. 'de:' .. did)
 end
+redis.call('SREM', KEYS[5], id)
 redis.call('DEL', row, row .. ':logs', row .. ':receipt')
 return 1

@@ -3,6 +3,8 @@
 -- KEYS[1] = emq:{q}:dead
 -- KEYS[2] = emq:{q}:pending
 -- KEYS[3] = emq:{q}:wake
+-- KEYS[4] = emq:{q}:suspects (the job's id is SREMed and its `reaps` count dropped: it starts
+--           afresh, not as a suspect)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = job id
 --
@@ -19,9 +21,10 @@ end
 if redis.call('ZREM', KEYS[1], id) ~= 1 then
   return redis.error_reply('EMQSTATE not dead: ' .. id)
 end
-redis.call('HDEL', row, 'last_error')
+redis.call('HDEL', row, 'last_error', 'reaps')
 redis.call('HSET', row, 'state', 'pending',
   'attempts_base', redis.call('HGET', row, 'attempts') or '0')
 redis.call('ZADD', KEYS[2], 0, id)
+redis.call('SREM', KEYS[4], id)
 wake(KEYS[3], 1)
 return 1

@@ -7,6 +7,7 @@
 -- KEYS[4] = emq:{q}:metrics:failed
 -- KEYS[5] = emq:{q}:wake
 -- KEYS[6] = emq:{q}:cancel (a settled job's cancel request, if any, is answered and removed)
+-- KEYS[7] = emq:{q}:suspects (a settled job is no longer a suspect: its handler returned)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = receipt_ms: how long each holder's receipt answers a re-sent settle
 -- ARGV[3] = n, the number of completions that follow
@@ -43,11 +44,15 @@ local reply, completed, woken, scheduled = {}, 0, 0, 0
 local now = nil
 
 local cancels = redis.call('SCARD', KEYS[6]) > 0
+local suspects = redis.call('SCARD', KEYS[7]) > 0
 local listeners = listening(p)
 
 local function answer(row, id, token, nonce, outcome)
   if cancels then
     redis.call('SREM', KEYS[6], id)
+  end
+  if suspects then
+    redis.call('SREM', KEYS[7], id)
   end
   redis.call('SET', row .. ':receipt', token .. ':' .. nonce .. ':' .. outcome, 'PX', receipt_ms)
   reply[#reply + 1] = 'ok'

@@ -112,9 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(records))
     if args.json is not None:
         args.json.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
-    # Without persistence, jobs are lost by definition; a poison job's bystanders (poison-c10)
-    # are the known gap test_poison.py marks xfail: both are reported, not failed.
-    tolerated = {"amnesia", "poison-c10"}
+    # Without persistence, jobs are lost by definition: reported, not failed.
+    tolerated = {"amnesia"}
     unsafe = [r["name"] for r in records if r["name"] not in tolerated and not r["ok"]]
     if unsafe:
         print(f"safety verdict failed: {', '.join(unsafe)}", file=sys.stderr)

@@ -157,7 +157,7 @@ class PoisonSize:
     workers: int = 3
     concurrency: int = 1
     """1: no good job shares a process with the poison. Above 1, the jobs claimed with it die
-    with it each time and reach the reaper's crash-loop cap too (see test_poison.py)."""
+    with it up to twice, then they are suspects and each runs alone (see test_poison.py)."""
     lease_ms: int = 1_000
     beat_ms: int = 200
     job_ms: int = 5

@@ -37,7 +37,7 @@ from emq_worker.scripts import Scripts
 
 LONG_MS = 60_000
 """Leases and retry delays: nothing lapses or falls due unless a rule says time passed."""
-REAP_CAP = 2
+REAP_CAP = 3
 RECEIPT_MS = 60_000
 PAYLOAD = b'{"task":"work","kwargs":{}}'
 _queues = itertools.count()
@@ -54,6 +54,10 @@ class Job:
     receipt: tuple[int, str, str] | None = None
     expired: bool = False
     due: bool = False
+    reaps: int = 0
+    suspect: bool = False
+    """Reaped back to pending a second time, or before its last attempt: claimed alone until it
+    is settled or dead."""
 
 
 class Protocol(RuleBasedStateMachine):
@@ -88,8 +92,11 @@ class Protocol(RuleBasedStateMachine):
     def claim(self, count: int) -> None:
         nonce = f"{next(_nonces):016x}"
         result = self.run(self.queue.claim, count, LONG_MS, nonce)
-        expected = sorted(j for j, job in self.jobs.items() if job.state == "pending")[:count]
+        popped = sorted(j for j, job in self.jobs.items() if job.state == "pending")[:count]
+        first_suspect = next((i for i, j in enumerate(popped) if self.jobs[j].suspect), None)
+        expected = popped if first_suspect is None else popped[:first_suspect] or popped[:1]
         assert [job.id for job in result.jobs] == expected
+        assert result.solo == (first_suspect == 0)
         self.workers.append(nonce)
         for claimed in result.jobs:
             job = self.jobs[claimed.id]
@@ -158,6 +165,11 @@ class Protocol(RuleBasedStateMachine):
             if job.state == "active" and job.expired:
                 job.state = "dead" if job.attempts >= REAP_CAP else "pending"
                 job.holder, job.expired = None, False
+                if job.state == "pending":
+                    job.reaps += 1
+                    job.suspect = job.reaps >= 2 or job.attempts + 1 >= REAP_CAP
+                else:
+                    job.suspect = False
                 expected[job_id] = job.state
         assert dict(result.jobs) == expected
 
@@ -194,7 +206,7 @@ class Protocol(RuleBasedStateMachine):
             expected = ("state", job.state)
         else:
             expected = ("ok", outcome)
-            job.state, job.holder, job.expired = outcome, None, False
+            job.state, job.holder, job.expired, job.suspect = outcome, None, False, False
             job.receipt = (lease.token, lease.nonce, outcome)
             self.completions += outcome == "completed"
         status, detail = expected
@@ -207,8 +219,11 @@ class Protocol(RuleBasedStateMachine):
     def server_agrees(self) -> None:
         snapshot = self.run(_snapshot, self.client, self.queue, list(self.jobs))
         sets, rows, locks, completed = snapshot
-        for state in ("pending", "active", "scheduled", "dead"):
-            expected = {j for j, job in self.jobs.items() if job.state == state}
+        for state in ("pending", "active", "scheduled", "dead", "suspects"):
+            if state == "suspects":
+                expected = {j for j, job in self.jobs.items() if job.suspect}
+            else:
+                expected = {j for j, job in self.jobs.items() if job.state == state}
             assert sets[state] == expected, (state, sets[state] ^ expected)
         for job_id, job in self.jobs.items():
             row, lock = rows[job_id], locks[job_id]
@@ -230,6 +245,7 @@ async def _snapshot(
     async with client.pipeline(transaction=False) as pipe:
         for key in named.values():
             pipe.zrange(key, 0, -1)
+        pipe.smembers(keys.suspects)
         for job in ids:
             pipe.hmget(keys.job(job), "state", "attempts")
             pipe.get(keys.lock(job))
@@ -237,14 +253,14 @@ async def _snapshot(
         replies = await pipe.execute()
     sets = {
         name: {m.decode() for m in members}
-        for name, members in zip(named, replies[:4], strict=True)
+        for name, members in zip([*named, "suspects"], replies[:5], strict=True)
     }
     rows: dict[str, Any] = {}
     locks: dict[str, str | None] = {}
     for i, job in enumerate(ids):
-        state, attempts = replies[4 + 2 * i]
+        state, attempts = replies[5 + 2 * i]
         rows[job] = None if state is None else (state.decode(), int(attempts))
-        lock = replies[5 + 2 * i]
+        lock = replies[6 + 2 * i]
         locks[job] = None if lock is None else lock.decode()
     return sets, rows, locks, int(replies[-1] or 0)
 
