@@ -13,7 +13,7 @@ import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
@@ -27,6 +27,17 @@ from tests.support.wait import eventually
 CHAOS_APP = "tests.chaos.app:app"
 START_WITHIN_S = 60.0
 ENQUEUE_BATCH = 500
+
+
+class Cadence(Protocol):
+    """What every row's size says about its workers."""
+
+    @property
+    def lease_ms(self) -> int: ...
+    @property
+    def beat_ms(self) -> int: ...
+    @property
+    def concurrency(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -44,6 +55,25 @@ class Fleet:
     """Log file prefix: fleets sharing one WorkerProcesses need distinct ones."""
     faults: list[Fault] = field(default_factory=list)
     _spawned: int = 0
+
+    @classmethod
+    def sized(
+        cls,
+        processes: WorkerProcesses,
+        queue: str,
+        redis_url: str,
+        size: Cadence,
+        *,
+        max_attempts: int | None = None,
+        max_spawns: int = 100,
+    ) -> Fleet:
+        """A fleet at the row's lease, beat and concurrency (and crash-loop cap, when given)."""
+        extra = ["--concurrency", str(size.concurrency)]
+        if max_attempts is not None:
+            extra += ["--max-attempts", str(max_attempts)]
+        return cls(
+            processes, queue, redis_url, size.lease_ms, size.beat_ms, extra, max_spawns=max_spawns
+        )
 
     def spawn(self) -> WorkerProcess:
         if self._spawned >= self.max_spawns:

@@ -110,14 +110,7 @@ async def sigkill_soak(directory: Path, size: KillSize, seed: int = 1) -> RowRes
     began = time.monotonic()
     queue = "chaos.kill"
     async with stage(directory) as (server, client, processes):
-        fleet = Fleet(
-            processes,
-            queue,
-            server.url,
-            size.lease_ms,
-            size.beat_ms,
-            extra=["--concurrency", str(size.concurrency), "--max-attempts", "20"],
-        )
+        fleet = Fleet.sized(processes, queue, server.url, size, max_attempts=20)
         ids = await enqueue(client, queue, size.jobs, "work", ms=size.job_ms)
         await fleet.start(size.workers)
         for k in range(size.kills):
@@ -168,15 +161,7 @@ async def poison_job(directory: Path, size: PoisonSize) -> RowResult:
     began = time.monotonic()
     queue = "chaos.poison"
     async with stage(directory) as (server, client, processes):
-        fleet = Fleet(
-            processes,
-            queue,
-            server.url,
-            size.lease_ms,
-            size.beat_ms,
-            extra=["--concurrency", str(size.concurrency)],
-            max_spawns=20,
-        )
+        fleet = Fleet.sized(processes, queue, server.url, size, max_spawns=20)
         half = size.good_jobs // 2
         good = await enqueue(client, queue, half, "work", ms=size.job_ms)
         poison = (await enqueue(client, queue, 1, "poison"))[0]
@@ -241,14 +226,7 @@ async def freeze_rounds(directory: Path, size: FreezeSize) -> RowResult:
     began = time.monotonic()
     queue = "chaos.freeze"
     async with stage(directory) as (server, client, processes):
-        fleet = Fleet(
-            processes,
-            queue,
-            server.url,
-            size.lease_ms,
-            size.beat_ms,
-            extra=["--concurrency", str(size.concurrency), "--max-attempts", "20"],
-        )
+        fleet = Fleet.sized(processes, queue, server.url, size, max_attempts=20)
         await fleet.start(size.workers)
         ids: list[str] = []
         job_ms = int(size.lease_ms * size.job_leases)
@@ -299,14 +277,7 @@ async def short_freezes(directory: Path, size: PauseSize) -> RowResult:
     began = time.monotonic()
     queue = "chaos.pause"
     async with stage(directory) as (server, client, processes):
-        fleet = Fleet(
-            processes,
-            queue,
-            server.url,
-            size.lease_ms,
-            size.beat_ms,
-            extra=["--concurrency", str(size.concurrency)],
-        )
+        fleet = Fleet.sized(processes, queue, server.url, size)
         await fleet.start(size.workers)
         ids: list[str] = []
         for _ in range(size.rounds):
@@ -343,14 +314,7 @@ async def redis_restarts(directory: Path, size: RestartSize) -> RowResult:
     began = time.monotonic()
     queue = "chaos.restart"
     async with stage(directory) as (server, client, processes):
-        fleet = Fleet(
-            processes,
-            queue,
-            server.url,
-            size.lease_ms,
-            size.beat_ms,
-            extra=["--concurrency", str(size.concurrency), "--max-attempts", "20"],
-        )
+        fleet = Fleet.sized(processes, queue, server.url, size, max_attempts=20)
         ids = await enqueue(client, queue, size.jobs, "work", ms=size.job_ms)
         await fleet.start(size.workers)
         for k in range(size.restarts):
@@ -403,14 +367,7 @@ async def redis_amnesia(directory: Path, size: AmnesiaSize) -> RowResult:
     began = time.monotonic()
     queue = "chaos.amnesia"
     async with stage(directory, appendonly=False) as (server, client, processes):
-        fleet = Fleet(
-            processes,
-            queue,
-            server.url,
-            size.lease_ms,
-            size.beat_ms,
-            extra=["--concurrency", str(size.concurrency)],
-        )
+        fleet = Fleet.sized(processes, queue, server.url, size)
         await fleet.start(size.workers)
         before = await enqueue(client, queue, size.jobs_before, "work", ms=size.job_ms)
         await wait_started(processes, before[:1])
@@ -472,14 +429,7 @@ async def client_kills(directory: Path, size: ClientKillSize) -> RowResult:
     began = time.monotonic()
     queue = "chaos.clientkill"
     async with stage(directory) as (server, client, processes):
-        fleet = Fleet(
-            processes,
-            queue,
-            server.url,
-            size.lease_ms,
-            size.beat_ms,
-            extra=["--concurrency", str(size.concurrency), "--max-attempts", "20"],
-        )
+        fleet = Fleet.sized(processes, queue, server.url, size, max_attempts=20)
         ids = await enqueue(client, queue, size.jobs, "work", ms=size.job_ms)
         await fleet.start(size.workers)
         killer = Redis(port=server.port)
@@ -541,14 +491,7 @@ async def lost_replies(directory: Path, size: LostReplySize) -> RowResult:
     began = time.monotonic()
     queue = "chaos.lostreply"
     async with stage(directory) as (server, client, processes), Proxy(server.port) as proxy:
-        fleet = Fleet(
-            processes,
-            queue,
-            proxy.url,
-            size.lease_ms,
-            size.beat_ms,
-            extra=["--concurrency", str(size.concurrency), "--max-attempts", "20"],
-        )
+        fleet = Fleet.sized(processes, queue, proxy.url, size, max_attempts=20)
         ids = await enqueue(client, queue, size.jobs, "work", ms=size.job_ms)
         proxy.lose_replies(script_call_of("claim", "settle"), size.replies_to_lose, size.lose_rate)
         await fleet.start(size.workers)
