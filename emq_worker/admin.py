@@ -1,20 +1,20 @@
-"""Operator verbs: stats, inspect, dead-letter handling, pause/resume, remove.
+"""Operator verbs: discovery, stats, inspect, pause/resume, logs, remove, cancel.
 
 Small async functions over a client, composed from the queue verbs; the CLI parses options, calls
-one of these and prints what it returns (`render_*` below). Nothing here reads the environment.
+one of these and prints what it returns (text from `admin_render`). Dead-letter verbs live in
+`admin_dead`. Nothing here reads the environment.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from emq_worker.errors import EmqError, LockedError, StateError
+from emq_worker.errors import EmqError, LockedError
 from emq_worker.jobwrites import read_log
 from emq_worker.keys import QueueKeys, validate_queue_name
 from emq_worker.outcomes import text
@@ -23,11 +23,8 @@ from emq_worker.queue import Counts, Queue
 from emq_worker.scan import SCAN_BUDGET, SCAN_COUNT, BoundedScan
 from emq_worker.scripts import Scripts
 
-DEAD_PAGE = 1000
 PAYLOAD_SHOWN = 2000
 """Characters of a payload `inspect` shows; the rest is summarised."""
-ERROR_SHOWN = 200
-"""Characters of a last_error `dead list` shows in its table (JSON has all of it)."""
 COUNT_FIELDS = ("pending", "active", "scheduled", "dead", "completed", "failed")
 
 
@@ -224,104 +221,6 @@ async def inspect_job(queue: Queue, job_id: JobId) -> Inspection:
     )
 
 
-# --- dead ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DeadJob:
-    id: JobId
-    attempts: int
-    last_error: str
-
-
-async def list_dead(queue: Queue, limit: int) -> list[DeadJob]:
-    """The first `limit` dead jobs in mint order (every score is 0, so lex order is mint order)."""
-    ids = [JobId(text(m)) for m in await queue.client.zrange(queue.keys.dead, 0, limit - 1)]
-    async with queue.client.pipeline(transaction=False) as pipe:
-        for job_id in ids:
-            pipe.hmget(queue.keys.job(job_id), Field.ATTEMPTS, Field.LAST_ERROR)
-        rows = await pipe.execute()
-    return [
-        DeadJob(job_id, int(attempts or 0), "" if error is None else text(error))
-        for job_id, (attempts, error) in zip(ids, rows, strict=True)
-    ]
-
-
-async def dead_pages(queue: Queue, page: int = DEAD_PAGE) -> AsyncIterator[list[JobId]]:
-    """Every dead id once, in pages by lex order, each page after the last id seen: a job that
-    dies again while this runs is not visited twice."""
-    after = "-"
-    while True:
-        members = await queue.client.zrangebylex(queue.keys.dead, after, "+", 0, page)
-        if not members:
-            return
-        ids = [JobId(text(m)) for m in members]
-        yield ids
-        after = "(" + ids[-1]
-
-
-@dataclass(slots=True)
-class BulkResult:
-    done: int = 0
-    skipped: list[tuple[JobId, str]] = field(default_factory=list)
-    """(job id, why) for each named job left alone."""
-
-
-async def _retry_one(queue: Queue, job_id: JobId, result: BulkResult) -> None:
-    try:
-        if await queue.reprocess(job_id):
-            result.done += 1
-        else:
-            result.skipped.append((job_id, "absent"))
-    except StateError:
-        result.skipped.append((job_id, f"not dead ({await queue.state_of(job_id)})"))
-
-
-async def _purge_one(queue: Queue, job_id: JobId, result: BulkResult) -> None:
-    where = await queue.state_of(job_id)
-    if where != JobState.DEAD:
-        result.skipped.append((job_id, "absent" if where == "absent" else f"not dead ({where})"))
-        return
-    try:
-        if await queue.remove(job_id, only_dead=True):
-            result.done += 1
-        else:
-            result.skipped.append((job_id, "absent"))
-    except LockedError:
-        result.skipped.append((job_id, "held by a worker (EMQLOCK)"))
-    except StateError:  # reprocessed between the look and the purge: leave it be
-        result.skipped.append((job_id, "not dead any more"))
-
-
-async def retry_dead(queue: Queue, ids: Sequence[JobId] | None) -> BulkResult:
-    """Reprocess the named dead jobs, or every dead job when `ids` is None."""
-    result = BulkResult()
-    if ids is not None:
-        for job_id in ids:
-            await _retry_one(queue, job_id, result)
-        return result
-    async for page in dead_pages(queue):
-        for job_id in page:
-            await _retry_one(queue, job_id, result)
-    result.skipped.clear()  # with --all, a job reprocessed by someone else is not news
-    return result
-
-
-async def purge_dead(queue: Queue, ids: Sequence[JobId] | None) -> BulkResult:
-    """Delete the named dead jobs (row, subkeys, set member), or every dead job when `ids` is
-    None, each through the remove script (which refuses a held job)."""
-    result = BulkResult()
-    if ids is not None:
-        for job_id in ids:
-            await _purge_one(queue, job_id, result)
-        return result
-    async for page in dead_pages(queue):
-        for job_id in page:
-            await _purge_one(queue, job_id, result)
-    result.skipped = [(i, why) for i, why in result.skipped if why != "absent"]
-    return result
-
-
 # --- pause, resume, remove ----------------------------------------------------------------
 
 
@@ -375,74 +274,3 @@ async def cancel_job(queue: Queue, job_id: JobId) -> None:
         pipe.sadd(queue.keys.cancel, job_id)
         pipe.pexpire(queue.keys.cancel, CANCEL_KEEP_MS)
         await pipe.execute()
-
-
-# --- rendering ----------------------------------------------------------------------------
-
-
-def escape(value: str) -> str:
-    """Printable text: control and other non-printable characters become \\x / \\u escapes, so
-    a payload cannot drive the terminal."""
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value)
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(c) for c in header], *([str(c) for c in row] for row in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    )
-
-
-def render_stats(stats: Sequence[QueueStats], discovery: Discovery | None) -> str:
-    rows = [
-        [s.queue, "yes" if s.paused else "no", *(getattr(s.counts, f) for f in COUNT_FIELDS)]
-        for s in stats
-        if not s.error
-    ]
-    lines = [table(["queue", "paused", *COUNT_FIELDS], rows)] if rows else []
-    lines += [f"{s.queue}: cannot read its counts: {s.error}" for s in stats if s.error]
-    lines = lines or ["no queues found"]
-    if discovery is not None and not discovery.complete:
-        lines.append(
-            f"(queue scan cut short after {discovery.scan_calls} SCAN calls of COUNT "
-            f"{SCAN_COUNT}; there may be more queues: name them with --queue)"
-        )
-    return "\n".join(lines)
-
-
-def _when(ms: int, now_ms: int) -> str:
-    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
-    stamp = stamp.replace("+00:00", "Z")
-    delta = (ms - now_ms) / 1000
-    return f"{stamp} ({'in ' if delta >= 0 else ''}{abs(delta):.1f} s{' ago' if delta < 0 else ''})"
-
-
-def render_inspection(job: Inspection) -> str:
-    lines = [("job", job.job_id), ("queue", job.queue), ("where", job.where)]
-    known = [f for f in Field if f in job.row]
-    fields = [*known, *sorted(set(job.row) - set(known))]
-    lines += [(name, escape(job.row[name])) for name in fields]
-    if job.lease_deadline_ms is not None:
-        lines.append(("lease", "deadline " + _when(job.lease_deadline_ms, job.server_now_ms)))
-    if job.lock_value is not None:
-        ttl = "no TTL" if job.lock_ttl_ms is None else f"ttl {job.lock_ttl_ms / 1000:.1f} s"
-        lines.append(("lock", f"{escape(job.lock_value)} ({ttl})"))
-    if job.scheduled_at_ms is not None:
-        lines.append(("scheduled", _when(job.scheduled_at_ms, job.server_now_ms)))
-    shown = escape(job.payload[:PAYLOAD_SHOWN])
-    if len(job.payload) > PAYLOAD_SHOWN:
-        shown += f" ... ({job.payload_bytes} bytes in all)"
-    lines.append(("payload", shown))
-    width = max(len(name) for name, _ in lines)
-    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in lines)
-
-
-def render_dead(queue: str, total: int, jobs: Sequence[DeadJob]) -> str:
-    if not jobs:
-        return f"no dead jobs in queue {queue!r}"
-    rows = [[j.id, j.attempts, escape(j.last_error[:ERROR_SHOWN])] for j in jobs]
-    more = f" (showing the first {len(jobs)})" if len(jobs) < total else ""
-    return f"{total} dead in queue {queue!r}{more}\n" + table(
-        ["id", "attempts", "last_error"], rows
-    )

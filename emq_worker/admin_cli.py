@@ -17,7 +17,7 @@ import click
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from emq_worker import admin, ids
+from emq_worker import admin, admin_dead, admin_render, ids
 from emq_worker.cli_options import redis_url_option, split_queues, wire_version_option
 from emq_worker.connection import connect
 from emq_worker.errors import EmqError, JobIdError, QueueNameError
@@ -117,7 +117,7 @@ def stats(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: 
         redis_url, wire_version, lambda client, scripts: admin.stats(client, scripts, queues)
     )
     if not as_json:
-        click.echo(admin.render_stats(rows, found))
+        click.echo(admin_render.render_stats(rows, found))
         return
     report: dict[str, Any] = {"queues": [row.as_dict() for row in rows]}
     if found is not None:
@@ -137,7 +137,7 @@ def inspect(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_versi
     if as_json:
         _dump(job.as_dict())
     else:
-        click.echo(admin.render_inspection(job))
+        click.echo(admin_render.render_inspection(job))
 
 
 @click.group()
@@ -154,12 +154,12 @@ def dead() -> None:
 def dead_list(queue: str, limit: int, as_json: bool, redis_url: str, wire_version: str) -> None:
     """The oldest dead jobs (mint order): id, attempts, last_error."""
 
-    async def read(q: Queue) -> tuple[int, list[admin.DeadJob]]:
-        return (await q.counts()).dead, await admin.list_dead(q, limit)
+    async def read(q: Queue) -> tuple[int, list[admin_dead.DeadJob]]:
+        return (await q.counts()).dead, await admin_dead.list_dead(q, limit)
 
     total, jobs = _on_queue(redis_url, wire_version, queue, read)
     if not as_json:
-        click.echo(admin.render_dead(queue, total, jobs))
+        click.echo(admin_render.render_dead(queue, total, jobs))
         return
     rows = [{"id": j.id, "attempts": j.attempts, "last_error": j.last_error} for j in jobs]
     _dump({"queue": queue, "total": total, "jobs": rows})
@@ -175,7 +175,7 @@ def _chosen(job_ids: tuple[JobId, ...], every: bool) -> tuple[JobId, ...] | None
     return None if every else job_ids
 
 
-def _report(result: admin.BulkResult, verb: str, queue: str) -> None:
+def _report(result: admin_dead.BulkResult, verb: str, queue: str) -> None:
     click.echo(f"{verb} {result.done} dead job(s) in queue {queue!r}")
     for job_id, why in result.skipped:
         click.echo(f"skipped {job_id}: {why}", err=True)
@@ -194,7 +194,7 @@ def dead_retry(
 ) -> None:
     """Return dead jobs to pending with a fresh retry budget."""
     chosen = _chosen(job_ids, every)
-    result = _on_queue(redis_url, wire_version, queue, lambda q: admin.retry_dead(q, chosen))
+    result = _on_queue(redis_url, wire_version, queue, lambda q: admin_dead.retry_dead(q, chosen))
     _report(result, "retried", queue)
 
 
@@ -225,7 +225,7 @@ def dead_purge(
         return
     if not yes:
         click.confirm(f"Delete {todo} dead job(s) from queue {queue!r} for good?", abort=True)
-    result = _on_queue(redis_url, wire_version, queue, lambda q: admin.purge_dead(q, chosen))
+    result = _on_queue(redis_url, wire_version, queue, lambda q: admin_dead.purge_dead(q, chosen))
     _report(result, "purged", queue)
 
 
@@ -283,7 +283,7 @@ def logs(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version:
     elif not lines:
         click.echo(f"no log lines for {job_id} in queue {queue!r}")
     else:
-        click.echo("\n".join(admin.escape(line) for line in lines))
+        click.echo("\n".join(admin_render.escape(line) for line in lines))
 
 
 @click.command()
@@ -323,7 +323,7 @@ def workers(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version
         click.echo("no live workers")
         return
     header = ("queue", "worker", "held", "concurrency", "completed", "last beat")
-    click.echo(admin.table(header, rows))
+    click.echo(admin_render.table(header, rows))
 
 
 @click.command()

@@ -1,40 +1,32 @@
 """The worker's optional HTTP endpoint (`--http HOST:PORT`), served by asyncio's own server:
 
-- `/metrics`: Prometheus text. A collector reads the worker's `Counters` and lease book when
-  scraped, so the job path pays nothing for it; queue depths are read from Redis per scrape.
+- `/metrics`: Prometheus text from the `exposition` collector; queue depths are read from Redis
+  per scrape.
 - `/healthz`: 200 while the beat ran within the last BEATS_FRESH beats (or the worker drains).
 - `/readyz`: 200 when scripts are loaded, Redis answers a PING and the worker is not stopping.
 
 One GET per connection: the request line is parsed, headers are skipped, the reply carries a
-Content-Length and the connection is closed.
+Content-Length and the connection is closed. `health` is the command that probes `/healthz`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import anyio
 import click
 from anyio.abc import TaskStatus
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from emq_worker.clock import Clock
 from emq_worker.config import WorkerSettings, parse_host_port
 from emq_worker.errors import ConfigError
-from emq_worker.lease import LeaseBook
+from emq_worker.exposition import WorkerCollector
 from emq_worker.log import get_logger
-from emq_worker.looplag import LoopLag
-from emq_worker.metrics import DURATION_BUCKETS, Counters
 from emq_worker.queue import Counts, Queue
-from emq_worker.renewal import RenewalSweep
-from emq_worker.sdnotify import Notifier
 from emq_worker.supervisor import BACKOFF_CAP_S
 
 BEATS_FRESH = 3
@@ -43,12 +35,8 @@ READ_TIMEOUT_S = 5.0
 PING_TIMEOUT_S = 1.0
 MAX_LINE = 8192
 TEXT = "text/plain; charset=utf-8"
-SWEEP_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-SWEEP_LEASES_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 REASONS[503] = "Service Unavailable"
-DURATION_LE = (*(repr(float(bound)) for bound in DURATION_BUCKETS), "+Inf")
-"""The `le` labels of emq_job_duration_seconds, as prometheus-client writes them."""
 
 
 def beat_stale(last_beat: float | None, now: float, beat_s: float) -> str | None:
@@ -65,167 +53,6 @@ def beat_stale(last_beat: float | None, now: float, beat_s: float) -> str | None
             f"plus {BACKOFF_CAP_S:g} s of reconnect backoff"
         )
     return None
-
-
-class BeatNotifier(Notifier):
-    """Passes everything to the service manager's notifier and notes when the beat last ran
-    (the supervisor pings the watchdog once per pass)."""
-
-    def __init__(self, inner: Notifier, clock: Clock) -> None:
-        super().__init__(clock=clock)
-        self.inner = inner
-        self.clock = clock
-        self.last_beat: float | None = None
-
-    @property
-    def enabled(self) -> bool:
-        return self.inner.enabled
-
-    def ready(self, status: str | None = None) -> None:
-        self.inner.ready(status)
-
-    def status(self, text: str) -> None:
-        self.inner.status(text)
-
-    def watchdog(self) -> None:
-        self.last_beat = self.clock.monotonic()
-        self.inner.watchdog()
-
-    def stopping(self, status: str | None = None) -> None:
-        self.inner.stopping(status)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class MeteredSweep(RenewalSweep):
-    """The renewal sweep, timing each tick and counting the leases it renewed."""
-
-    seconds: Histogram
-    leases: Histogram
-
-    def meter(self, registry: CollectorRegistry) -> MeteredSweep:
-        self.seconds = Histogram(
-            "emq_renew_sweep_seconds",
-            "Time one renewal sweep took (all queues).",
-            buckets=SWEEP_SECONDS_BUCKETS,
-            registry=registry,
-        )
-        self.leases = Histogram(
-            "emq_renew_sweep_leases",
-            "Leases held when a renewal sweep ran.",
-            buckets=SWEEP_LEASES_BUCKETS,
-            registry=registry,
-        )
-        return self
-
-    async def tick(self) -> None:
-        held = len(self.book)
-        started = self.clock.monotonic()
-        await super().tick()
-        if held:
-            self.seconds.observe(self.clock.monotonic() - started)
-            self.leases.observe(held)
-
-
-class WorkerCollector(Collector):
-    """Reads the worker's counters, lease book, beat and last queue depths when scraped."""
-
-    def __init__(self, counters: Counters, book: LeaseBook, beat: BeatNotifier) -> None:
-        self.counters = counters
-        self.book = book
-        self.beat = beat
-        self.depths: dict[str, Counts] = {}
-        self.loop_lag: LoopLag | None = None
-
-    def collect(self) -> Iterable[Metric]:
-        c = self.counters
-        yield _counter("emq_jobs_claimed", "Jobs this worker leased.", c.claimed)
-        yield _counter("emq_jobs_completed", "Jobs whose completion was written.", c.completed)
-        yield _counter("emq_jobs_failed", "Failed jobs sent back for a retry.", c.retried)
-        dead = CounterMetricFamily(
-            "emq_jobs_dead_lettered",
-            "Jobs moved to dead: by a failure's settle, or by the reaper (attempts used up).",
-            labels=["via"],
-        )
-        dead.add_metric(["settle"], c.dead_lettered)
-        dead.add_metric(["reap"], c.reaped_dead)
-        yield dead
-        jobs = CounterMetricFamily(
-            "emq_jobs",
-            "Settled jobs per queue, task and outcome (completed, retried, dead_lettered).",
-            labels=["queue", "task", "outcome"],
-        )
-        for labels, value in c.by_task.items():
-            jobs.add_metric(labels, value)
-        yield jobs
-        events = CounterMetricFamily(
-            "emq_queue_events",
-            "Lease events per queue: claimed, reaped (back to pending or dead), fenced writes.",
-            labels=["queue", "event"],
-        )
-        for (queue, event), count in c.by_queue.items():
-            events.add_metric([queue, event], count)
-        yield events
-        durations = HistogramMetricFamily(
-            "emq_job_duration_seconds",
-            "Time the handler ran, per queue and task, for the jobs counted in emq_jobs_total.",
-            labels=["queue", "task"],
-        )
-        for key, histogram in c.durations.items():
-            durations.add_metric(
-                key,
-                list(zip(DURATION_LE, histogram.cumulative(), strict=True)),
-                histogram.sum,
-            )
-        yield durations
-        yield _counter("emq_leases_reaped", "Expired leases returned to pending.", c.reaped)
-        yield _counter(
-            "emq_writes_fenced", "Writes refused: another holder owns the job.", c.fenced
-        )
-        yield _counter("emq_leases_lost", "Held leases the server reported lost.", c.leases_lost)
-        yield _counter(
-            "emq_leases_self_fenced", "Leases given up after renewals failed.", c.self_fenced
-        )
-        yield _counter("emq_jobs_promoted", "Scheduled jobs made pending.", c.promoted)
-        yield _counter("emq_leases_released", "Leases handed back at shutdown.", c.released)
-        yield _counter(
-            "emq_renew_failures", "Renew calls that failed to reach Redis.", c.renew_failures
-        )
-        yield GaugeMetricFamily("emq_jobs_in_flight", "Leases held now.", value=len(self.book))
-        if self.beat.last_beat is not None:
-            lag = self.beat.clock.monotonic() - self.beat.last_beat
-            yield GaugeMetricFamily("emq_beat_lag_seconds", "Seconds since the beat last ran.", lag)
-        if self.loop_lag is not None:
-            yield from _loop_lag_metrics(self.loop_lag)
-        if self.depths:
-            depth = GaugeMetricFamily(
-                "emq_queue_depth",
-                "Jobs per queue and state (read when scraped).",
-                labels=["queue", "state"],
-            )
-            for name, counts in self.depths.items():
-                for state in ("pending", "active", "scheduled", "dead"):
-                    depth.add_metric([name, state], getattr(counts, state))
-            yield depth
-
-
-def _loop_lag_metrics(monitor: LoopLag) -> Iterable[Metric]:
-    yield GaugeMetricFamily(
-        "emq_event_loop_lag_seconds",
-        "How late the latest event-loop probe woke (a blocked loop stalls lease renewal).",
-        value=monitor.last_s,
-    )
-    yield GaugeMetricFamily(
-        "emq_event_loop_lag_max_seconds", "The largest event-loop lag seen.", value=monitor.max_s
-    )
-    yield _counter(
-        "emq_event_loop_stalls", "Probes that found the event loop blocked.", monitor.stalls
-    )
-
-
-def _counter(name: str, documentation: str, value: int) -> CounterMetricFamily:
-    return CounterMetricFamily(name, documentation, value=value)
 
 
 class HttpEndpoint:

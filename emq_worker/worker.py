@@ -18,7 +18,8 @@ from redis.asyncio import Redis
 from emq_worker.clock import Clock, MonotonicClock
 from emq_worker.config import WorkerSettings
 from emq_worker.connection import connect
-from emq_worker.http import BeatNotifier, HttpEndpoint, MeteredSweep, WorkerCollector
+from emq_worker.exposition import BeatNotifier, MeteredSweep, WorkerCollector
+from emq_worker.http import HttpEndpoint
 from emq_worker.jobgroup import JobGroup
 from emq_worker.lease import LeaseBook, SlotSignal
 from emq_worker.log import get_logger

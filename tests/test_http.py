@@ -16,7 +16,8 @@ from redis.asyncio import Redis
 from emq_worker import App, JobContext, Producer, Worker, WorkerSettings
 from emq_worker.cli import main
 from emq_worker.errors import ConfigError
-from emq_worker.http import BEATS_FRESH, DURATION_LE, BeatNotifier, beat_stale, fetch
+from emq_worker.exposition import DURATION_LE, BeatNotifier
+from emq_worker.http import BEATS_FRESH, beat_stale, fetch
 from emq_worker.metrics import DURATION_BUCKETS, Durations
 from emq_worker.sdnotify import Notifier
 from emq_worker.supervisor import BACKOFF_CAP_S

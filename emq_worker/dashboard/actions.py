@@ -10,7 +10,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from emq_worker import admin, ids
+from emq_worker import admin, admin_dead, ids
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.runtime import dashboard, flash, render
 from emq_worker.dashboard.security import CSRF_FIELD, cross_origin
@@ -58,7 +58,7 @@ def chosen_ids(form: FormData) -> list[JobId] | None:
     return named
 
 
-def summary(verb: str, queue: str, result: admin.BulkResult) -> str:
+def summary(verb: str, queue: str, result: admin_dead.BulkResult) -> str:
     skipped = "".join(f"; skipped {job_id}: {why}" for job_id, why in result.skipped[:5])
     return f"{verb} {result.done} dead job(s) in queue {queue!r}{skipped}"
 
@@ -79,7 +79,7 @@ async def _resume(request: Request, form: FormData) -> Response:
 
 async def _retry(request: Request, form: FormData) -> Response:
     queue = await open_queue(request)
-    result = await admin.retry_dead(queue, chosen_ids(form))
+    result = await admin_dead.retry_dead(queue, chosen_ids(form))
     return back(f"/queues/{queue.name}/dead", summary("retried", queue.name, result))
 
 
@@ -89,7 +89,7 @@ async def _purge(request: Request, form: FormData) -> Response:
     if form.get("confirmed") != "yes":
         todo = (await queue.counts()).dead if chosen is None else len(chosen)
         return render(request, "confirm.html", queue=queue.name, chosen=chosen, todo=todo)
-    result = await admin.purge_dead(queue, chosen)
+    result = await admin_dead.purge_dead(queue, chosen)
     return back(f"/queues/{queue.name}/dead", summary("purged", queue.name, result))
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from emq_worker import admin
+from emq_worker import admin, admin_dead
 from emq_worker.outcomes import text
 from emq_worker.protocol import JobId
 from emq_worker.queue import Counts, Queue
@@ -96,9 +96,9 @@ def _line(value: bytes | str) -> str:
 class DeadView:
     counts: Counts
     paused: bool
-    jobs: list[admin.DeadJob]
+    jobs: list[admin_dead.DeadJob]
 
 
 async def dead_view(queue: Queue, limit: int) -> DeadView:
     stats = await admin.queue_stats(queue)
-    return DeadView(stats.counts, stats.paused, await admin.list_dead(queue, limit))
+    return DeadView(stats.counts, stats.paused, await admin_dead.list_dead(queue, limit))
