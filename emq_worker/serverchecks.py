@@ -22,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from structlog.typing import FilteringBoundLogger
 
+from emq_worker.cluster import ClusterUnavailableError
 from emq_worker.connection import connect
 
 RETRYABLE: tuple[type[RedisError], ...] = (RedisConnectionError, RedisTimeoutError, ResponseError)
@@ -38,6 +39,24 @@ EVICTION_SAFE_POLICY = "noeviction"
 def fatal(exc: BaseException) -> bool:
     """True for refusals that no retry can cure: credentials and ACL permissions."""
     return isinstance(exc, AuthenticationError | AuthorizationError | NoPermissionError)
+
+
+SERVER_WIDE_CODES = frozenset(
+    {"OOM", "READONLY", "MISCONF", "BUSY", "UNBLOCKED", "LOADING", "MASTERDOWN", "NOREPLICAS"}
+)
+"""Refusals about the whole server: every queue would meet them, so the whole beat backs off."""
+
+
+def queue_scoped(exc: BaseException) -> bool:
+    """True for a failure that belongs to the one queue whose keys were touched: a cluster node
+    (the queue's slot) unreachable, or a refusal about a key (WRONGTYPE, a script error on a
+    corrupt row). A lost connection to a single server, or a server-wide refusal (OOM, READONLY,
+    ...) is not: every queue would fail alike, so the whole beat backs off as one."""
+    if isinstance(exc, ClusterUnavailableError):
+        return True
+    if not isinstance(exc, ResponseError) or fatal(exc):
+        return False
+    return _status_code(exc) not in SERVER_WIDE_CODES
 
 
 def exit_code_for(exc: BaseException) -> int | None:

@@ -8,6 +8,11 @@ slots are free, or when a running job frees a slot while all are taken.
 A claim replies 'solo' for a suspect (a job whose holders died or froze running it): it runs
 once every other job here has finished, and nothing is claimed until its handler returns, so a job
 that kills its process takes no other job with it.
+
+A failure that belongs to one queue (a wrong-typed key; on a cluster, the node owning the queue's
+slot down) rests that queue alone on its own backoff while the beat goes on with the others
+(isolation.py); anything else (a lost connection to a single server, a server-wide refusal such
+as OOM) backs off the whole beat, as every queue would fail alike.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from emq_worker.beatstatus import BeatStatus
 from emq_worker.clock import Clock
 from emq_worker.config import WorkerSettings
 from emq_worker.ids import SnowflakeMinter
+from emq_worker.isolation import QueueIsolation
 from emq_worker.jobgroup import JobGroup
 from emq_worker.lease import Lease, LeaseBook, SlotSignal
 from emq_worker.limits import CEILING_POLL_MS
@@ -31,19 +38,18 @@ from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
 from emq_worker.outcomes import ClaimResult, Limited
 from emq_worker.queue import Queue, new_nonce
+from emq_worker.queue_health import BACKOFF_CAP_S as BACKOFF_CAP_S
+from emq_worker.queue_health import backoff_s
 from emq_worker.registry import Presence, WorkerRegistry
 from emq_worker.repeat import RepeatFirer
 from emq_worker.runner import JobRunner
 from emq_worker.sdnotify import Notifier
 from emq_worker.serverchecks import RETRYABLE, describe, fatal
+from emq_worker.upkeep import QueueUpkeep
 from emq_worker.wakes import WakeWaiter
 
 CLAIM_BATCH = 250
 """The most jobs one claim call leases: bounds how long the call holds the server."""
-BACKOFF_FIRST_S = 0.1
-BACKOFF_CAP_S = 5.0
-STATUS_EVERY_S = 1.0
-"""The most often the beat reports what it holds to the service manager (systemd STATUS=)."""
 
 
 @dataclass(slots=True)
@@ -71,7 +77,6 @@ class Supervisor:
     ) -> None:
         self.registry = registry
         self.client = client
-        self.reap_max_attempts = reap_max_attempts
         self.queues = queues
         self.runner = runner
         self.book = book
@@ -84,7 +89,6 @@ class Supervisor:
         self._log_jobs = self.log.is_enabled_for(logging.INFO)
         """One event per job transition at info; nothing per job above it (throughput)."""
         self.notifier = notifier or Notifier()
-        self._next_status = 0.0
         self._stopping = False
         self._park_scope: anyio.CancelScope | None = None
         self._next_beat = 0.0
@@ -94,8 +98,12 @@ class Supervisor:
         """A queue's limit refused every claim: drain again no sooner than this."""
         self.repeats = RepeatFirer(SnowflakeMinter(settings.node_id))
         self._woken = False
-        self._paused_seen: set[str] = set()
+        self.status = BeatStatus(
+            self.notifier, [queue.name for queue in queues], settings.concurrency, self.log
+        )
         self._wakes = WakeWaiter(client)
+        self.upkeep = QueueUpkeep(settings, reap_max_attempts, counters, clock, self.log)
+        self.isolation = QueueIsolation(client, queues, clock, rng, self.log)
         self._solo: Lease | None = None
         """The suspect claimed 'solo', until its handler returns: nothing is claimed meanwhile."""
 
@@ -117,13 +125,14 @@ class Supervisor:
                 idle = await self._cycle(jobs)
                 failures = 0
             except RETRYABLE as exc:
-                # A dropped connection, or a refusal that lifts (OOM, READONLY, MISCONF, a
-                # WRONGTYPE key): back off, never spin. Bad credentials or ACLs stop the worker.
+                # A dropped connection, or a server-wide refusal that lifts (OOM, READONLY,
+                # MISCONF): back off, never spin. One queue's own failure (a WRONGTYPE key) was
+                # caught by self.isolation and rests that queue alone. Bad credentials or ACLs
+                # stop the worker.
                 if fatal(exc):
                     raise
                 failures += 1
-                pause = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** min(failures, 10))
-                pause = self.rng.uniform(pause / 2, pause)
+                pause = backoff_s(failures, self.rng)
                 self.log.warning("beat_failed", error=describe(exc), retry_in_ms=int(pause * 1000))
                 await self._sleep_unless_stopped(pause)
                 continue
@@ -142,7 +151,7 @@ class Supervisor:
             await self.fire_repeats()
             if self.registry is not None:
                 await self.registry.beat(Presence(len(self.book), self.counters.completed))
-            self._report_status(now)
+            self.status.report(now, len(self.book), self.counters.completed)
         elif self._next_due is not None and now >= self._next_due:
             await self.promote()  # a scheduled job fell due between beats
         if self._next_repeat is not None and now >= self._next_repeat:
@@ -155,6 +164,7 @@ class Supervisor:
         self._woken = False
         idle = drained.claimed == 0 and len(self.book) == 0 and self._next_due is None
         idle = idle and self._limited_until is None  # held back by a limit is not idle
+        idle = idle and not self.isolation.health.resting()  # nor is a queue that failed
         if idle and self.settings.burst:
             await self.promote()  # a job failed since the beat may have been scheduled
             idle = self._next_due is None
@@ -167,57 +177,34 @@ class Supervisor:
         of expired leases (a crashed worker held thousands) comes back within a beat or two,
         while no single call holds the server for long."""
         budget_ends = self.clock.monotonic() + self.settings.beat_ms / 2000
-        for queue in self.queues:
-            more = True
-            while more:
-                result = await queue.reap(self.settings.reap_batch, self.reap_max_attempts)
-                self.counters.reaped += result.returned
-                self.counters.reaped_dead += result.dead
-                if result.returned or result.dead:
-                    self.counters.by_queue[(queue.name, "reaped")] += result.returned + result.dead
-                self.counters.phantoms += result.phantoms
-                if self._log_jobs:
-                    for job_id, outcome in result.jobs:
-                        self.log.info("job_reaped", queue=queue.name, job_id=job_id, to=outcome)
-                if result.returned or result.dead or result.phantoms:
-                    self.log.info(
-                        "beat_reaped",
-                        queue=queue.name,
-                        returned=result.returned,
-                        dead=result.dead,
-                        phantoms=result.phantoms,
-                    )
-                more = result.more and self.clock.monotonic() < budget_ends
+        for queue in self.isolation.ready():
+            with self.isolation.isolated(queue):
+                await self.upkeep.reap(queue, budget_ends)
 
     async def promote(self) -> None:
         soonest: int | None = None
-        for queue in self.queues:
-            while True:
-                result = await queue.promote(self.settings.promote_batch)
-                self.counters.promoted += result.promoted
-                self.counters.phantoms += result.phantoms
-                if not result.more:
-                    break
-            if result.next_due_ms is not None:
-                soonest = (
-                    min(soonest, result.next_due_ms) if soonest is not None else result.next_due_ms
-                )
+        for queue in self.isolation.ready():
+            with self.isolation.isolated(queue):
+                due = await self.upkeep.promote(queue)
+                if due is not None:
+                    soonest = due if soonest is None else min(soonest, due)
         self._next_due = None if soonest is None else self.clock.monotonic() + soonest / 1000
 
     async def fire_repeats(self) -> None:
         """Mint the due occurrences of every repeatable job; learn when the next one is due."""
         soonest: int | None = None
-        for queue in self.queues:
-            due_in = await self.repeats.fire(queue)
-            if due_in is not None:
-                soonest = due_in if soonest is None else min(soonest, due_in)
+        for queue in self.isolation.ready():
+            with self.isolation.isolated(queue):
+                due_in = await self.repeats.fire(queue)
+                if due_in is not None:
+                    soonest = due_in if soonest is None else min(soonest, due_in)
         self._next_repeat = None if soonest is None else self.clock.monotonic() + soonest / 1000
 
     async def drain(self, jobs: JobGroup) -> DrainResult:
         drained = DrainResult()
         self._limited_until = None
         deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
-        for queue in self.queues:
+        for queue in self.isolation.ready():
             while not self._stopping:
                 if self._solo_running():
                     return drained
@@ -228,8 +215,10 @@ class Supervisor:
                 if free <= 0:
                     return drained
                 claimed_at = self.clock.monotonic()
-                result = await self._claim(queue, min(free, CLAIM_BATCH))
-                self._note_pause(queue.name, result.paused)
+                result = await self._claim_or_rest(queue, min(free, CLAIM_BATCH))
+                if result is None:
+                    break
+                self.status.note_pause(queue.name, result.paused)
                 self.counters.phantoms += result.phantoms
                 self._start(jobs, result, claimed_at)
                 self.counters.claimed += len(result.jobs)
@@ -268,6 +257,14 @@ class Supervisor:
             self._solo = solo = None
         return solo is not None
 
+    async def _claim_or_rest(self, queue: Queue, count: int) -> ClaimResult | None:
+        """Claim; None when the queue failed and now rests. A success ends the queue's streak."""
+        with self.isolation.isolated(queue):
+            result = await self._claim(queue, count)
+            self.isolation.recovered(queue.name)
+            return result
+        return None
+
     async def _claim(self, queue: Queue, count: int) -> ClaimResult:
         """Claim; when the connection drops before the reply, claim once more with the same
         nonce: claim.lua's memo hands back what the lost reply leased, rather than leaving those
@@ -277,28 +274,6 @@ class Supervisor:
             return await queue.claim(count, self.settings.lease_ms, nonce)
         except (RedisConnectionError, RedisTimeoutError):
             return await queue.claim(count, self.settings.lease_ms, nonce)
-
-    def _report_status(self, now: float) -> None:
-        """Tell the service manager what is held, at most every STATUS_EVERY_S."""
-        if not self.notifier.enabled or now < self._next_status:
-            return
-        self._next_status = now + STATUS_EVERY_S
-        names = ", ".join(queue.name for queue in self.queues)
-        text = (
-            f"held {len(self.book)} of {self.settings.concurrency} on {names}; "
-            f"{self.counters.completed} completed"
-        )
-        if self._paused_seen:
-            text += f"; paused: {', '.join(sorted(self._paused_seen))}"
-        self.notifier.status(text)
-
-    def _note_pause(self, queue: str, paused: bool) -> None:
-        if paused and queue not in self._paused_seen:
-            self._paused_seen.add(queue)
-            self.log.info("queue_paused", queue=queue)
-        elif not paused and queue in self._paused_seen:
-            self._paused_seen.discard(queue)
-            self.log.info("queue_resumed", queue=queue)
 
     def _hold_back(self, limited: Limited) -> None:
         """A limit refused the claim: park until its window reopens (rate), or poll for a slot
@@ -311,7 +286,12 @@ class Supervisor:
         """Sleep until the next beat, due job or repeat, or the end of a limit's hold; a wake
         token or a freed slot ends it early."""
         now = self.clock.monotonic()
-        times = (self._next_due, self._next_repeat, self._limited_until)
+        times = (
+            self._next_due,
+            self._next_repeat,
+            self._limited_until,
+            self.isolation.next_retry(),
+        )
         until = min([self._next_beat, *(t for t in times if t is not None)])
         timeout = until - now
         if timeout <= 0 or self._stopping:
@@ -323,8 +303,7 @@ class Supervisor:
                     with anyio.move_on_after(timeout):
                         await self.slots.arm().wait()
                 else:
-                    wake_keys = [queue.keys.wake for queue in self.queues]
-                    self._woken = await self._wakes.wait(wake_keys, timeout)
+                    self._woken = await self.isolation.park(self._wakes, timeout)
             finally:
                 self._park_scope = None
 
