@@ -237,6 +237,32 @@ def _failure(exc: Exception, redis_url: str) -> str:
 @click.option("--delay-ms", type=int, default=None, help="Run no sooner than this from now.")
 @click.option("--job-id", default=None, help="A caller-chosen JOB id (idempotent).")
 @click.option(
+    "--dedup-id",
+    default=None,
+    help="Enqueue only if no live job holds this key; else print that job's id (duplicate).",
+)
+@click.option(
+    "--dedup-ttl-ms", type=click.IntRange(min=1), default=None, help="Release the key after this."
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Override the task's max attempts for this job.",
+)
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Override the task's timeout for this job.",
+)
+@click.option(
+    "--result-ttl-ms",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Keep this job's return value this long (0: keep none).",
+)
+@click.option(
     "--node-id",
     type=int,
     show_envvar=True,
@@ -253,9 +279,15 @@ def enqueue(
     wire_version: str,
     delay_ms: int | None,
     job_id: str | None,
+    dedup_id: str | None,
+    dedup_ttl_ms: int | None,
+    max_attempts: int | None,
+    timeout_ms: int | None,
+    result_ttl_ms: int | None,
     node_id: int,
 ) -> None:
-    """Enqueue TASK with KWARGS (a JSON object) and print the job id."""
+    """Enqueue TASK with KWARGS (a JSON object) and print the job id ("<id> (duplicate)" when
+    --job-id or --dedup-id names a job that already exists)."""
     try:
         validate_queue_name(queue)  # a usage error (exit 2), before anything connects
     except EmqError as exc:
@@ -273,7 +305,18 @@ def enqueue(
         async with Producer.from_url(
             redis_url, node_id=node_id, wire_version=wire_version
         ) as producer:
-            result = await producer.enqueue(queue, task, parsed, delay_ms=delay_ms, job_id=job_id)
+            result = await producer.enqueue(
+                queue,
+                task,
+                parsed,
+                delay_ms=delay_ms,
+                job_id=job_id,
+                dedup_id=dedup_id,
+                dedup_ttl_ms=dedup_ttl_ms,
+                max_attempts=max_attempts,
+                timeout_ms=timeout_ms,
+                result_ttl_ms=result_ttl_ms,
+            )
             return result.job_id + (" (duplicate)" if result.duplicate else "")
 
     try:

@@ -83,6 +83,38 @@ def test_enqueue_prints_a_job_id_then_a_burst_run_completes_it(
         client.close()
 
 
+def test_enqueue_with_a_dedup_id_twice_names_the_first_job_and_carries_its_options(
+    redis_url: str, queue_name: str
+) -> None:
+    def enqueue(*extra: str) -> str:
+        args = ["enqueue", "--redis-url", redis_url, "--queue", queue_name, "charge", "{}"]
+        result = CliRunner().invoke(main, [*args, *extra])
+        assert result.exit_code == 0, result.output
+        return result.output.strip()
+
+    first = enqueue("--dedup-id", "order-A1", "--max-attempts", "7", "--result-ttl-ms", "60000")
+    again = enqueue("--dedup-id", "order-A1")
+    assert again == f"{first} (duplicate)"
+    with redis.Redis.from_url(redis_url) as client:
+        payload = client.hget(f"emq:{{{queue_name}}}:job:{first}", "payload")
+    assert payload is not None
+    assert json.loads(payload)["options"] == {"max_attempts": 7, "result_ttl_ms": 60000}
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--max-attempts", "0"), ("--timeout-ms", "-5"), ("--dedup-ttl-ms", "0")]
+)
+def test_enqueue_refuses_an_out_of_range_option_by_name(
+    redis_url: str, flag: str, value: str
+) -> None:
+    result = CliRunner().invoke(
+        main, ["enqueue", "--redis-url", redis_url, "--queue", "q", "charge", flag, value]
+    )
+    assert result.exit_code == 2
+    assert flag in result.output
+    assert value in result.output
+
+
 def test_enqueue_refuses_kwargs_that_are_not_a_json_object(redis_url: str) -> None:
     result = CliRunner().invoke(
         main, ["enqueue", "--redis-url", redis_url, "--queue", "q", "charge", "[1, 2]"]
