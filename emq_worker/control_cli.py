@@ -1,4 +1,4 @@
-"""Queue controls on the command line: `limit`, `repeat list|pause|resume|remove` and `events`.
+"""Queue controls on the command line: `limit`, `repeat add|list|pause|resume|remove`, `events`.
 
 Like the other admin commands, each runs on a fresh, version-fenced client; a bad value is a usage
 error naming it (exit 2), an unknown repeat an error naming it (exit 1).
@@ -97,7 +97,8 @@ def limit(
 
 @click.group("repeat")
 def repeat_group() -> None:
-    """List, pause, resume or remove repeatable jobs (register them with Producer.repeat)."""
+    """Add, list, pause, resume or remove repeatable jobs (or register them with
+    Producer.repeat)."""
 
 
 def _when(ms: int | None) -> str:
@@ -149,6 +150,51 @@ def _repeat_verb(verb: str, help_text: str) -> click.Command:
 
     command.__doc__ = help_text
     return repeat_group.command(verb)(command)
+
+
+def _kwargs(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, object]:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", ctx, param) from exc
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f"must be a JSON object; got {type(parsed).__name__}", ctx, param)
+    return parsed
+
+
+@repeat_group.command("add")
+@click.argument("name", callback=_repeat_name)
+@click.argument("task")
+@click.argument("kwargs", default="{}", callback=_kwargs)
+@admin_queue_option
+@click.option("--every-ms", type=int, default=None, help="Mint a job every this many ms.")
+@click.option("--cron", default=None, help='A cron expression, UTC (e.g. "*/5 * * * *").')
+@redis_url_option
+@wire_version_option
+def repeat_add(
+    name: str,
+    task: str,
+    kwargs: dict[str, object],
+    queue: str,
+    every_ms: int | None,
+    cron: str | None,
+    redis_url: str,
+    wire_version: str,
+) -> None:
+    """Register (or update) the repeat NAME: a TASK job with KWARGS (a JSON object) minted on
+    the server clock every --every-ms or at each --cron time. The same again changes nothing."""
+    try:
+        schedule = repeat.Schedule(every_ms=every_ms, cron=cron)
+        payload = repeat.encode_payload(task, kwargs)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+    async def work(client: Redis, scripts: Scripts) -> repeat.RepeatInfo:
+        return await repeat.register(client, queue, name, payload, schedule)
+
+    info = _admin(redis_url, wire_version, work)
+    state = "paused" if info.paused else f"next due {_when(info.next_due_ms)}"
+    click.echo(f"repeat {name!r} on queue {queue!r}: {info.schedule}; {state}")
 
 
 _repeat_verb("pause", "Stop minting the repeat NAME (jobs already minted run on).")

@@ -337,6 +337,44 @@ def test_repeat_cli_lists_pauses_resumes_and_removes(redis_url: str, queue_name:
     assert "'a b'" in bad.output
 
 
+def test_repeat_add_registers_from_the_shell_and_refuses_a_bad_schedule_by_name(
+    redis_url: str, queue_name: str
+) -> None:
+    added = cli(
+        redis_url, "repeat", "add", "--queue", queue_name, "--every-ms", "60000",
+        "digest", "noop", '{"kind": "daily"}',
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert "every 60000 ms; next due" in added.output
+    again = cli(
+        redis_url, "repeat", "add", "--queue", queue_name, "--every-ms", "60000",
+        "digest", "noop", '{"kind": "daily"}',
+    )  # fmt: skip
+    assert again.exit_code == 0, again.output
+    listed = cli(redis_url, "repeat", "list", "--queue", queue_name, "--json")
+    [entry] = json.loads(listed.output)
+    assert entry["name"] == "digest"
+    assert json.loads(entry["payload"]) == {"task": "noop", "kwargs": {"kind": "daily"}}
+    assert entry["minted"] == 0
+
+    both = cli(
+        redis_url, "repeat", "add", "--queue", queue_name, "--every-ms", "5", "--cron",
+        "* * * * *", "x", "noop",
+    )  # fmt: skip
+    assert both.exit_code == 2
+    assert "exactly one" in both.output
+    bad_cron = cli(
+        redis_url, "repeat", "add", "--queue", queue_name, "--cron", "61 * *", "y", "noop"
+    )
+    assert bad_cron.exit_code == 2
+    assert "'61 * *'" in bad_cron.output
+    not_object = cli(
+        redis_url, "repeat", "add", "--queue", queue_name, "--every-ms", "5", "z", "noop", "[1]"
+    )
+    assert not_object.exit_code == 2
+    assert "must be a JSON object; got list" in not_object.output
+
+
 def test_the_sync_producer_registers_repeats(redis_url: str, queue_name: str) -> None:
     with sync_producer(redis_url) as producer:
         info = producer.repeat(queue_name, "tick", "noop", every_ms=1_000)
