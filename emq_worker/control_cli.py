@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from emq_worker import events as events_module
 from emq_worker import limits, repeat
-from emq_worker.admin_cli import _admin, _dump, admin_queue_option, json_option
+from emq_worker.admin_options import admin_queue_option, dump_json, json_option, run_admin
 from emq_worker.cli_options import redis_url_option, wire_version_option
 from emq_worker.connection import connect
 from emq_worker.errors import ConfigError, EmqError
@@ -88,9 +88,9 @@ def limit(
             await limits.set_limits(client, queue, concurrency=concurrency, rate=rate)
         return await limits.read_limits(client, queue)
 
-    held = _admin(redis_url, wire_version, work)
+    held = run_admin(redis_url, wire_version, work)
     if as_json:
-        _dump({"queue": queue, **held.as_dict()})
+        dump_json({"queue": queue, **held.as_dict()})
     else:
         click.echo(_show_limits(queue, held))
 
@@ -118,9 +118,9 @@ def repeat_list(queue: str, as_json: bool, redis_url: str, wire_version: str) ->
     async def work(client: Redis, scripts: Scripts) -> list[repeat.RepeatInfo]:
         return await repeat.list_repeats(client, queue)
 
-    found = _admin(redis_url, wire_version, work)
+    found = run_admin(redis_url, wire_version, work)
     if as_json:
-        _dump([info.as_dict() for info in found])
+        dump_json([info.as_dict() for info in found])
         return
     if not found:
         click.echo(f"no repeatable jobs on queue {queue!r}")
@@ -146,7 +146,7 @@ def _repeat_verb(verb: str, help_text: str) -> click.Command:
             state = "paused" if info.paused else f"next due {_when(info.next_due_ms)}"
             return f"repeat {name!r} on queue {queue!r}: {state}"
 
-        click.echo(_admin(redis_url, wire_version, work))
+        click.echo(run_admin(redis_url, wire_version, work))
 
     command.__doc__ = help_text
     return repeat_group.command(verb)(command)
@@ -192,7 +192,7 @@ def repeat_add(
     async def work(client: Redis, scripts: Scripts) -> repeat.RepeatInfo:
         return await repeat.register(client, queue, name, payload, schedule)
 
-    info = _admin(redis_url, wire_version, work)
+    info = run_admin(redis_url, wire_version, work)
     state = "paused" if info.paused else f"next due {_when(info.next_due_ms)}"
     click.echo(f"repeat {name!r} on queue {queue!r}: {info.schedule}; {state}")
 
