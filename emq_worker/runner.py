@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from redis.exceptions import RedisError
 
 from emq_worker import codec
 from emq_worker.config import WorkerSettings
@@ -24,6 +25,7 @@ from emq_worker.lease import Lease, LeaseBook
 from emq_worker.log import get_logger
 from emq_worker.options import JobOptions
 from emq_worker.outcomes import ClaimedJob
+from emq_worker.protocol import Field
 from emq_worker.queue import Completion, Failure, Outcome
 from emq_worker.results import encode_result
 from emq_worker.retry import delay_ms
@@ -140,8 +142,8 @@ class JobRunner:
             return Failure(lease.held, 0, 0, CANCELLED)
         except Exception as exc:
             if timer.expired():
-                return self._failure(lease, call, f"timed out after {timeout_ms} ms")
-            return self._failure(lease, call, f"{type(exc).__name__}: {exc}")
+                return await self._failure(lease, call, f"timed out after {timeout_ms} ms")
+            return await self._failure(lease, call, f"{type(exc).__name__}: {exc}")
         ttl_ms = task.result_ttl_ms
         if options is not None and options.result_ttl_ms is not None:
             ttl_ms = options.result_ttl_ms
@@ -163,10 +165,34 @@ class JobRunner:
             )
         return data
 
-    def _failure(self, lease: Lease, call: Call, error: str) -> Failure:
+    async def _failure(self, lease: Lease, call: Call, error: str) -> Failure:
         task, options = call.task, call.options
         max_attempts = (
             (options and options.max_attempts) or task.max_attempts or self.settings.max_attempts
         )
         policy = (options and options.backoff) or task.backoff or self.settings.backoff
-        return Failure(lease.held, delay_ms(policy, lease.job.token, self.rng), max_attempts, error)
+        attempt = await self._attempt_in_budget(lease)
+        return Failure(lease.held, delay_ms(policy, attempt, self.rng), max_attempts, error)
+
+    async def _attempt_in_budget(self, lease: Lease) -> int:
+        """The attempt counted from the job's last `dead retry` (which records attempts_base),
+        so a retried dead job backs off as on its first attempts. Read only for a failure after
+        a first attempt (the slow path); on any Redis error the absolute count stands."""
+        job = lease.job
+        attempt = int(job.token)
+        queue = self.batcher.queues.get(job.queue)
+        if attempt == 1 or queue is None:
+            return attempt
+        try:
+            base = await queue.client.hget(queue.keys.job(job.id), Field.ATTEMPTS_BASE)
+        except RedisError:
+            return attempt
+        except asyncio.CancelledError:
+            if not (lease.lost or lease.cancel_requested):
+                raise  # the worker is stopping: the lease is handed back, not settled
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            return attempt
+        text = base.decode() if isinstance(base, bytes) else base
+        return max(1, attempt - int(text)) if text and text.isdigit() else attempt

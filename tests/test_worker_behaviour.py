@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings, admin
+from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings, admin, admin_dead
 from emq_worker.keys import QueueKeys
 from emq_worker.outcomes import SettleStatus
 from emq_worker.queue import HeldLease
@@ -323,6 +323,36 @@ async def test_a_failed_job_is_scheduled_after_its_backoff_on_the_server_clock(
             assert row["state"] == "scheduled"
             assert row["last_error"] == f"RuntimeError: boom {attempt}"
             before = await server_ms(client)  # the next failure is `delay` ms away
+
+
+async def test_a_dead_job_retried_by_an_operator_backs_off_as_on_its_first_attempt(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """`dead retry` gives the job a fresh budget (attempts_base); its backoff counts from there
+    too: attempt 3 of a job retried after 2 waits 250 ms (the first step), not 1 000 ms."""
+    app = App()
+    policy = Exponential(base_ms=250, cap_ms=60_000)
+
+    @app.task(max_attempts=2, backoff=policy)
+    async def flaky(ctx: JobContext) -> None:
+        raise RuntimeError(f"boom {ctx.attempt}")
+
+    producer = Producer(client)
+    queue = producer.queue(queue_name)
+    keys = QueueKeys.of(queue_name)
+    async with running_worker(settings(queue_name, redis_url), app) as worker:
+        job = (await producer.enqueue(queue_name, "flaky")).job_id
+        await until(lambda: worker.counters.dead_lettered == 1, what="two attempts, then dead")
+        before = await server_ms(client)
+        assert (await admin_dead.retry_dead(queue, [job])).done == 1
+        await until(lambda: worker.counters.retried == 2, what="the retried job's failure")
+        after = await server_ms(client)
+        score = await client.zscore(keys.schedule, job)
+    assert score is not None
+    row = await queue.get_job(job)
+    assert row is not None
+    assert (row["attempts"], row["last_error"]) == ("3", "RuntimeError: boom 3")
+    assert before + 250 <= score <= after + 250
 
 
 async def test_the_reaper_dead_letters_a_job_whose_lease_keeps_lapsing(
