@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -11,7 +10,12 @@ import click
 from redis.exceptions import RedisError
 
 from emq_worker import admin_cli, control_cli, daemon, log
-from emq_worker.cli_options import redis_url_option, split_queues, wire_version_option
+from emq_worker.cli_options import (
+    json_object,
+    redis_url_option,
+    split_queues,
+    wire_version_option,
+)
 from emq_worker.config import WorkerSettings
 from emq_worker.connection import redacted
 from emq_worker.dashboard.command import dashboard as dashboard_command
@@ -231,7 +235,7 @@ def _failure(exc: Exception, redis_url: str) -> str:
     "--queue", "-q", required=True, show_envvar=True, envvar="EMQ_QUEUE", help="The queue."
 )
 @click.argument("task")
-@click.argument("kwargs", default="{}")
+@click.argument("kwargs", default="{}", callback=json_object)
 @redis_url_option
 @wire_version_option
 @click.option("--delay-ms", type=int, default=None, help="Run no sooner than this from now.")
@@ -274,7 +278,7 @@ def _failure(exc: Exception, redis_url: str) -> str:
 def enqueue(
     queue: str,
     task: str,
-    kwargs: str,
+    kwargs: dict[str, object],
     redis_url: str,
     wire_version: str,
     delay_ms: int | None,
@@ -292,14 +296,6 @@ def enqueue(
         validate_queue_name(queue)  # a usage error (exit 2), before anything connects
     except EmqError as exc:
         raise click.BadParameter(str(exc), param_hint="--queue") from exc
-    try:
-        parsed = json.loads(kwargs)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="KWARGS") from exc
-    if not isinstance(parsed, dict):
-        raise click.BadParameter(
-            f"must be a JSON object; got {type(parsed).__name__}", param_hint="KWARGS"
-        )
 
     async def send() -> str:
         async with Producer.from_url(
@@ -308,7 +304,7 @@ def enqueue(
             result = await producer.enqueue(
                 queue,
                 task,
-                parsed,
+                kwargs,
                 delay_ms=delay_ms,
                 job_id=job_id,
                 dedup_id=dedup_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -58,6 +59,17 @@ wire_version_option = click.option(
     show_default=True,
     help="The {emq}:version this process speaks; a mismatch refuses to start.",
 )
+
+
+def json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, object]:
+    """A KWARGS argument: a JSON object, or a usage error (exit 2) saying what it is instead."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", ctx, param) from exc
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f"must be a JSON object; got {type(parsed).__name__}", ctx, param)
+    return parsed
 
 
 def split_queues(values: tuple[str, ...]) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from emq_worker import events as events_module
 from emq_worker import limits, repeat
 from emq_worker.admin_options import admin_queue_option, dump_json, json_option, run_admin
-from emq_worker.cli_options import redis_url_option, wire_version_option
+from emq_worker.cli_options import json_object, redis_url_option, wire_version_option
 from emq_worker.connection import connect
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.scripts import Scripts
@@ -152,20 +152,10 @@ def _repeat_verb(verb: str, help_text: str) -> click.Command:
     return repeat_group.command(verb)(command)
 
 
-def _kwargs(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, object]:
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", ctx, param) from exc
-    if not isinstance(parsed, dict):
-        raise click.BadParameter(f"must be a JSON object; got {type(parsed).__name__}", ctx, param)
-    return parsed
-
-
 @repeat_group.command("add")
 @click.argument("name", callback=_repeat_name)
 @click.argument("task")
-@click.argument("kwargs", default="{}", callback=_kwargs)
+@click.argument("kwargs", default="{}", callback=json_object)
 @admin_queue_option
 @click.option("--every-ms", type=int, default=None, help="Mint a job every this many ms.")
 @click.option("--cron", default=None, help='A cron expression, UTC (e.g. "*/5 * * * *").')
