@@ -22,6 +22,7 @@ from emq_worker.protocol import Field, JobId, JobState
 from emq_worker.queue import Counts, Queue
 from emq_worker.scan import SCAN_BUDGET, SCAN_COUNT, BoundedScan
 from emq_worker.scripts import Scripts
+from emq_worker.servertime import queue_time, to_ms
 
 PAYLOAD_SHOWN = 2000
 """Characters of a payload `inspect` shows; the rest is summarised."""
@@ -198,13 +199,13 @@ async def inspect_job(queue: Queue, job_id: JobId) -> Inspection:
     where = await queue.state_of(job_id)
     k = queue.keys
     async with queue.client.pipeline(transaction=False) as pipe:
-        pipe.eval("return redis.call('TIME')", 1, k.active)  # on the queue's node in a cluster
+        queue_time(pipe, k.active)
         pipe.zscore(k.active, job_id)
         pipe.zscore(k.schedule, job_id)
         pipe.get(k.lock(job_id))
         pipe.pttl(k.lock(job_id))
         pipe.hstrlen(k.job(job_id), Field.PAYLOAD)
-        (sec, usec), deadline, run_at, lock, ttl, size = await pipe.execute()
+        now, deadline, run_at, lock, ttl, size = await pipe.execute()
     payload = row.pop(Field.PAYLOAD, "")
     return Inspection(
         queue=queue.name,
@@ -213,7 +214,7 @@ async def inspect_job(queue: Queue, job_id: JobId) -> Inspection:
         row=row,
         payload=payload,
         payload_bytes=int(size),
-        server_now_ms=int(sec) * 1000 + int(usec) // 1000,
+        server_now_ms=to_ms(now),
         lease_deadline_ms=_ms(deadline),
         lock_value=None if lock is None else text(lock),
         lock_ttl_ms=int(ttl) if lock is not None and int(ttl) >= 0 else None,

@@ -34,6 +34,7 @@ from emq_worker.keys import QueueKeys
 from emq_worker.outcomes import text
 from emq_worker.queue import Queue
 from emq_worker.scripts import ArgValue
+from emq_worker.servertime import server_ms
 
 REPEAT: Final = "repeat"
 FIRE_BATCH: Final = 100
@@ -127,13 +128,6 @@ class RepeatInfo:
 def _keys(queue: str, name: str) -> tuple[str, str]:
     prefix = QueueKeys.of(queue).prefix
     return prefix + REPEAT, f"{prefix}{REPEAT}:{validate_repeat_name(name)}"
-
-
-async def server_ms(client: Redis, key: str) -> int:
-    """The server clock of the node that holds `key` (a script keyed on it: a cluster routes it
-    to that node, where the repeat script will read the time too)."""
-    seconds, micros = await client.eval("return redis.call('TIME')", 1, key)
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _decoded(row: Mapping[Any, Any]) -> dict[str, str]:

@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 
 from emq_worker.keys import QueueKeys
 from emq_worker.outcomes import text
+from emq_worker.servertime import queue_time, to_ms
 
 LEASES_SHOWN = 200
 """Leases a sample reads: the earliest deadlines, which are the ones about to lapse."""
@@ -109,10 +110,6 @@ class _Track:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
-def _ms(sec: Any, usec: Any) -> int:
-    return int(sec) * 1000 + int(usec) // 1000
-
-
 class LeaseTracker:
     """Remembers the last sample per queue, so each new one can be compared with it."""
 
@@ -141,11 +138,10 @@ class LeaseTracker:
     async def _read(self, keys: QueueKeys) -> tuple[int, int, dict[str, tuple[int, int]]]:
         """Server now, the active set's size, and {id: (deadline, attempts)} of its head."""
         async with self.client.pipeline(transaction=False) as pipe:
-            # TIME through a script keyed on the queue: a cluster pipeline routes it to that node.
-            pipe.eval("return redis.call('TIME')", 1, keys.active)
+            queue_time(pipe, keys.active)
             pipe.zcard(keys.active)
             pipe.zrange(keys.active, 0, self.shown - 1, withscores=True)
-            (sec, usec), held, members = await pipe.execute()
+            now, held, members = await pipe.execute()
         ids = [text(member) for member, _ in members]
         async with self.client.pipeline(transaction=False) as pipe:
             for job_id in ids:
@@ -155,7 +151,7 @@ class LeaseTracker:
             job_id: (int(score), int(tries or 0))
             for job_id, (_, score), tries in zip(ids, members, attempts, strict=True)
         }
-        return _ms(sec, usec), int(held), seen
+        return to_ms(now), int(held), seen
 
     async def _compare(
         self, keys: QueueKeys, track: _Track, now_ms: int, seen: dict[str, tuple[int, int]]
