@@ -227,7 +227,7 @@ def test_compose_services_parse_and_stop_after_the_longest_graceful_stop(
     enqueue = cli.main.commands["enqueue"]
     with enqueue.make_context("enqueue", list(producer["command"][1:])) as ctx:
         assert ctx.params["queue"] == "orders"
-        assert isinstance(json.loads(ctx.params["kwargs"]), dict)
+        assert isinstance(ctx.params["kwargs"], dict)  # parsed and checked as a JSON object
 
 
 def test_compose_references_resolve() -> None:
