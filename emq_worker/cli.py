@@ -165,6 +165,15 @@ def main() -> None:
     help="Exit once nothing is held, pending or scheduled.",
 )
 @click.option(
+    "--handoff/--no-handoff",
+    show_envvar=True,
+    envvar="EMQ_HANDOFF",
+    default=DEFAULTS.handoff,
+    show_default=True,
+    help="While parked with a free slot, take the next job enqueued straight from the enqueue "
+    "script, without a claim round trip.",
+)
+@click.option(
     "--http",
     show_envvar=True,
     envvar="EMQ_HTTP",
@@ -189,6 +198,7 @@ def run(
     log_format: Any,
     log_level: str,
     burst: bool,
+    handoff: bool,
     http: str | None,
 ) -> None:
     """Run the worker daemon on one or more queues."""
@@ -206,6 +216,7 @@ def run(
             job_timeout_ms=job_timeout_ms,
             wire_version=wire_version,
             burst=burst,
+            handoff=handoff,
             http=http or None,
         )
         app = load_app(app_path, app_dir)

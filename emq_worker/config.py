@@ -35,6 +35,9 @@ class WorkerSettings:
     """Exit once nothing is held, pending or scheduled (for scripts and demos)."""
     renew: bool = True
     """Library-only switch to demonstrate a lapsing lease; never off in production."""
+    handoff: bool = True
+    """While parked with a free slot, offer to take the next job enqueued straight from the
+    enqueue script (no claim round trip); off, every job goes through pending and a claim."""
     node_id: int = DEFAULT_NODE_ID
     http: str | None = None
     """HOST:PORT for /metrics, /healthz and /readyz; None serves nothing."""

@@ -104,6 +104,11 @@ class WorkerCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         c = self.counters
         yield _counter("emq_jobs_claimed", "Jobs this worker leased.", c.claimed)
+        yield _counter(
+            "emq_jobs_handed_off",
+            "Of the jobs leased, those an enqueue handed straight to this worker's offer.",
+            c.handed_off,
+        )
         yield _counter("emq_jobs_completed", "Jobs whose completion was written.", c.completed)
         yield _counter("emq_jobs_failed", "Failed jobs sent back for a retry.", c.retried)
         dead = CounterMetricFamily(

@@ -24,10 +24,11 @@ from redis.exceptions import RedisError, ResponseError
 from structlog.typing import FilteringBoundLogger
 
 from emq_worker.clock import Clock
+from emq_worker.offers import Offers
 from emq_worker.queue import Queue
 from emq_worker.queue_health import QueueHealth
 from emq_worker.serverchecks import describe, fatal, queue_scoped
-from emq_worker.wakes import WakeWaiter
+from emq_worker.wakes import Popped, WakeWaiter
 
 USABLE_WAKE_TYPES = frozenset({b"list", b"none", "list", "none"})
 """What TYPE answers for a wake key BLPOP can wait on (bytes, or str with decode_responses)."""
@@ -78,19 +79,22 @@ class QueueIsolation:
         """When the park should end to retry a resting queue; None when none rests."""
         return self.health.next_retry(self.clock.monotonic())
 
-    async def park(self, wakes: WakeWaiter, seconds: float) -> bool:
-        """BLPOP the wake keys of the queues not failing, else sleep; True when woken."""
+    async def park(self, wakes: WakeWaiter, seconds: float, offers: Offers) -> Popped | None:
+        """BLPOP the wake keys of the queues not failing, and the hand-off lists of their
+        standing offers (first: a hand-off is taken before a wake token), else sleep; returns
+        what was popped, None when nothing was."""
         parked = await self.parkable()
         if not parked:
             await anyio.sleep(seconds)
-            return False
+            return None
+        keys = [*offers.mailboxes(parked), *(queue.keys.wake for queue in parked)]
         try:
-            return await wakes.wait([queue.keys.wake for queue in parked], seconds)
+            return await wakes.wait(keys, seconds)
         except ResponseError as exc:
             broken = [queue for queue in parked if await self.wake_key_broken(queue)]
             if fatal(exc) or not broken:
                 raise
-            return False
+            return None
 
     async def parkable(self) -> list[Queue]:
         """The queues whose wake keys the park may BLPOP: not failing, or a wake key that failed

@@ -44,6 +44,8 @@ class QueueKeys:
     suspects: str
     """SET of job ids the reaper took back twice, or before their last attempt: each is claimed
     alone (see lua/reap.lua)."""
+    offers: str
+    """ZSET of hand-off offers of workers parked with a free slot (see lua/claim.lua)."""
 
     @classmethod
     def of(cls, queue: str) -> QueueKeys:
@@ -61,6 +63,7 @@ class QueueKeys:
             failed=p + "metrics:failed",
             cancel=p + "cancel",
             suspects=p + "suspects",
+            offers=p + "offers",
         )
 
     def job(self, job_id: str) -> str:
@@ -77,6 +80,10 @@ class QueueKeys:
 
     def claim_memo(self, nonce: str) -> str:
         return f"{self.prefix}claim:{nonce}"
+
+    def handoff(self, offer_nonce: str) -> str:
+        """The list a parked worker's BLPOP waits on for the jobs handed to its offer."""
+        return f"{self.prefix}handoff:{offer_nonce}"
 
 
 def hash_slot(key: str) -> int:

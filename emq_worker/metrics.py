@@ -44,6 +44,8 @@ class Durations:
 @dataclass(slots=True)
 class Counters:
     claimed: int = 0
+    handed_off: int = 0
+    """Of the jobs claimed, those enqueue.lua leased straight to this worker's offer."""
     completed: int = 0
     retried: int = 0
     dead_lettered: int = 0

@@ -39,9 +39,12 @@ class ClaimResult:
     """The one job leased is a suspect (reaped twice, or reaped before its last attempt):
     it runs with nothing else beside it, and nothing is claimed while it runs. Never with
     `limited`: the next claim learns any limit afresh."""
+    offered: bool = False
+    """The claim emptied pending and left this worker's hand-off offer standing: the next job
+    enqueued may be leased to it straight away (see lua/claim.lua)."""
 
 
-CLAIM_STATUSES = frozenset({"ok", "paused", "limited", "solo"})
+CLAIM_STATUSES = frozenset({"ok", "offered", "paused", "limited", "solo"})
 
 
 class SettleStatus(StrEnum):
@@ -114,7 +117,8 @@ def settle_results(reply: Any, expected: int) -> list[SettleResult]:
 
 def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:
     """{status, phantoms, jobs...}, or {'limited', phantoms, retry_after_ms, reason, jobs...};
-    status is 'ok', 'paused' (no jobs), 'limited' or 'solo' (exactly one job)."""
+    status is 'ok', 'offered', 'paused', 'limited' or 'solo' (exactly one job). A paused or
+    limited reply may still list jobs: those a standing offer took over."""
     if not isinstance(reply, list) or len(reply) < 2 or text(reply[0]) not in CLAIM_STATUSES:
         raise ScriptError(f"unexpected claim reply: {reply!r}")
     status = text(reply[0])
@@ -144,7 +148,17 @@ def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:
         phantoms=int(reply[1]),
         limited=limited,
         solo=status == "solo",
+        offered=status == "offered",
     )
+
+
+def handed_off_job(queue: str, offer_nonce: str, item: bytes) -> ClaimedJob:
+    """A job enqueue.lua leased to this worker's offer: "<attempts>:<id>:<payload>"."""
+    attempts, _, rest = item.partition(b":")
+    job_id, colon, payload = rest.partition(b":")
+    if not colon or not attempts.isdigit():
+        raise ScriptError(f"unexpected hand-off on {queue!r}: {item[:80]!r}")
+    return ClaimedJob(queue, JobId(job_id.decode()), payload, Token(int(attempts)), offer_nonce)
 
 
 def lost_leases(reply: Any) -> list[LostLease]:

@@ -82,6 +82,22 @@ class Counts:
     failed: int
 
 
+class OfferTerms(NamedTuple):
+    """What a claim is told about the worker's hand-off offer on its queue."""
+
+    nonce: str = ""
+    """The offer's nonce; '' when the worker makes no offers."""
+    offer_ms: int = 0
+    """Leave an offer lasting this long if the claim empties pending (0: leave none)."""
+    standing: bool = False
+    """The worker's last offer may still stand: withdraw it and take over its jobs first."""
+    room: int = 1
+    """Leave the offer only if this many slots of the claim's count are left unleased."""
+
+
+NO_OFFER = OfferTerms()
+
+
 def new_nonce() -> str:
     return secrets.token_hex(8)
 
@@ -109,20 +125,54 @@ class Queue:
             args += [job.id, job.payload, job.mode, job.ms]
         k = self.keys
         reply = await self.scripts.call(
-            self.client, "enqueue", [k.pending, k.schedule, k.wake], args
+            self.client,
+            "enqueue",
+            [k.pending, k.schedule, k.wake, k.offers, k.active, k.meta],
+            args,
         )
         return [JobId(text(flag)) if isinstance(flag, bytes) else int(flag) == 1 for flag in reply]
 
-    async def claim(self, count: int, lease_ms: int, nonce: str | None = None) -> ClaimResult:
+    async def claim(
+        self,
+        count: int,
+        lease_ms: int,
+        nonce: str | None = None,
+        offer: OfferTerms | None = None,
+    ) -> ClaimResult:
+        """Lease up to `count` ready jobs. With `offer`, first take over what was handed to the
+        worker's standing offer (when `offer.standing`), and leave a new offer if pending runs
+        dry (when `offer.offer_ms` > 0): see lua/claim.lua."""
         nonce = nonce or new_nonce()
         k = self.keys
+        terms = offer or NO_OFFER
         reply = await self.scripts.call(
             self.client,
             "claim",
-            [k.pending, k.active, k.meta, k.dead, k.prefix + LIMITER, k.suspects],
-            [k.prefix, lease_ms, count, nonce],
+            [k.pending, k.active, k.meta, k.dead, k.prefix + LIMITER, k.suspects, k.offers],
+            [
+                k.prefix,
+                lease_ms,
+                count,
+                nonce,
+                terms.nonce,
+                terms.offer_ms,
+                int(terms.standing),
+                terms.room,
+            ],
         )
         return claim_result(self.name, nonce, reply)
+
+    async def withdraw(self, offer_nonce: str, lease_ms: int) -> int:
+        """Take back the worker's offer; the jobs handed to it go back to pending. Returns how
+        many did."""
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client,
+            "withdraw",
+            [k.offers, k.active, k.pending, k.wake],
+            [k.prefix, offer_nonce, lease_ms],
+        )
+        return int(reply)
 
     async def renew(self, leases: Sequence[HeldLease], lease_ms: int) -> list[LostLease]:
         """Renew every lease in one round trip: one script call per RENEW_CHUNK leases, all in

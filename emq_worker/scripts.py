@@ -37,11 +37,12 @@ _ERROR_CLASSES: Final[dict[str, type[ProtocolReplyError]]] = {
 }
 
 KEY_COUNTS: Final[dict[str, int]] = {
-    "enqueue": 3,
-    "claim": 6,
+    "enqueue": 6,
+    "claim": 7,
     "renew": 2,
     "settle": 7,
     "release": 3,
+    "withdraw": 4,
     "reap": 6,
     "promote": 3,
     "remove": 5,

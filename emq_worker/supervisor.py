@@ -1,13 +1,9 @@
 """The supervisor owns the beat: reap first, then promote, then drain, then park.
 
-Reap and promote run once per beat. Drain claims as many ready jobs as there are free slots, in
-script calls of at most CLAIM_BATCH jobs, queues served in the order given. Park sleeps until the
-next beat or the next scheduled job is due; it returns early on a wake token (new work) when
-slots are free, or when a running job frees a slot while all are taken.
-
-A claim replies 'solo' for a suspect (a job whose holders died or froze running it): it runs
-once every other job here has finished, and nothing is claimed until its handler returns, so a job
-that kills its process takes no other job with it.
+Reap and promote run once per beat (upkeep.py). Drain claims as many ready jobs as there are free
+slots (drain.py). Park sleeps until the next beat or the next scheduled job is due; it returns
+early on a wake token (new work) or a job handed to this worker's offer (offers.py) when slots are
+free, or when a running job frees a slot while all are taken.
 
 A failure that belongs to one queue (a wrong-typed key; on a cluster, the node owning the queue's
 slot down) rests that queue alone on its own backoff while the beat goes on with the others
@@ -17,27 +13,23 @@ as OOM) backs off the whole beat, as every queue would fail alike.
 
 from __future__ import annotations
 
-import logging
 import random
-from dataclasses import dataclass
 
 import anyio
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.beatstatus import BeatStatus
 from emq_worker.clock import Clock
 from emq_worker.config import WorkerSettings
+from emq_worker.drain import Drainer
 from emq_worker.ids import SnowflakeMinter
 from emq_worker.isolation import QueueIsolation
 from emq_worker.jobgroup import JobGroup
-from emq_worker.lease import Lease, LeaseBook, SlotSignal
-from emq_worker.limits import CEILING_POLL_MS
+from emq_worker.lease import LeaseBook, SlotSignal
 from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
-from emq_worker.outcomes import ClaimResult, Limited
-from emq_worker.queue import Queue, new_nonce
+from emq_worker.offers import Offers
+from emq_worker.queue import Queue
 from emq_worker.queue_health import BACKOFF_CAP_S as BACKOFF_CAP_S
 from emq_worker.queue_health import backoff_s
 from emq_worker.registry import Presence, WorkerRegistry
@@ -48,15 +40,14 @@ from emq_worker.serverchecks import RETRYABLE, describe, fatal
 from emq_worker.upkeep import QueueUpkeep
 from emq_worker.wakes import WakeWaiter
 
-CLAIM_BATCH = 250
-"""The most jobs one claim call leases: bounds how long the call holds the server."""
-
-
-@dataclass(slots=True)
-class DrainResult:
-    claimed: int = 0
-    more: bool = False
-    """The drain stopped at its time bound with slots free and work maybe left."""
+OFFER_SLACK_MS = 500
+"""An offer outlasts the park that follows its claim (at most a beat) by this much: the next
+claim withdraws it and leaves a new one, so it never lapses while the worker is parked."""
+OFFER_LEASE_SHARE = 3
+"""...but it lasts at most a third of the lease: the worker counts a job handed to it as leased
+from the moment the offer's claim was sent, so the job arrives with two thirds of its lease left
+as far as the worker knows, and the next renewal tick confirms it before its self-fence would."""
+WITHDRAW_TIMEOUT_S = 5.0
 
 
 class Supervisor:
@@ -86,16 +77,12 @@ class Supervisor:
         self.clock = clock
         self.rng = rng
         self.log = get_logger()
-        self._log_jobs = self.log.is_enabled_for(logging.INFO)
-        """One event per job transition at info; nothing per job above it (throughput)."""
         self.notifier = notifier or Notifier()
         self._stopping = False
         self._park_scope: anyio.CancelScope | None = None
         self._next_beat = 0.0
         self._next_due: float | None = None
         self._next_repeat: float | None = None
-        self._limited_until: float | None = None
-        """A queue's limit refused every claim: drain again no sooner than this."""
         self.repeats = RepeatFirer(SnowflakeMinter(settings.node_id))
         self._woken = False
         self.status = BeatStatus(
@@ -104,12 +91,25 @@ class Supervisor:
         self._wakes = WakeWaiter(client)
         self.upkeep = QueueUpkeep(settings, reap_max_attempts, counters, clock, self.log)
         self.isolation = QueueIsolation(client, queues, clock, rng, self.log)
-        self._solo: Lease | None = None
-        """The suspect claimed 'solo', until its handler returns: nothing is claimed meanwhile."""
+        self.offers = Offers(queues, self._offer_ms())
+        self.drainer = Drainer(
+            runner, book, settings, counters, clock, self.isolation, self.status, self.offers
+        )
+
+    def _offer_ms(self) -> int:
+        """How long an offer stands; 0 makes none: hand-offs are off, the worker exits when idle
+        (burst), or its park takes several BLPOPs (wakes.py), one of which may be cancelled
+        after it took a hand-off."""
+        settings = self.settings
+        wakes = [queue.keys.wake for queue in self.queues]
+        if not settings.handoff or settings.burst or self._wakes.spans_slots(wakes):
+            return 0
+        return min(settings.beat_ms + OFFER_SLACK_MS, settings.lease_ms // OFFER_LEASE_SHARE)
 
     def request_stop(self) -> None:
         """Stop claiming; the current park ends at once."""
         self._stopping = True
+        self.drainer.stopping = True
         if self._park_scope is not None:
             self._park_scope.cancel()
 
@@ -139,6 +139,18 @@ class Supervisor:
             if idle and self.settings.burst:
                 self.log.info("burst_done")
                 return
+        await self._withdraw_offers()
+
+    async def _withdraw_offers(self) -> None:
+        """Stopping: no job may be handed to this worker any more; those already handed to it
+        and not yet taken go back to pending (shielded, bounded: else the reaper returns them)."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(WITHDRAW_TIMEOUT_S):
+            try:
+                released = await self.offers.withdraw(self.settings.lease_ms)
+            except RETRYABLE as exc:
+                self.log.warning("withdraw_failed", error=describe(exc))
+                return
+            self.counters.released += released
 
     async def _cycle(self, jobs: JobGroup) -> bool:
         """One pass: the beat's reap and promote when due, a drain, and a park.
@@ -156,20 +168,20 @@ class Supervisor:
             await self.promote()  # a scheduled job fell due between beats
         if self._next_repeat is not None and now >= self._next_repeat:
             await self.fire_repeats()  # a repeat fell due between beats
-        drained = await self.drain(jobs)
+        drained = await self.drainer.drain(jobs)
         if self._woken and drained.claimed == 0:
             # Woken with nothing to claim: the wake announced a scheduled job (or a retry
             # scheduled by a worker); promote learns its due time so the park ends on time.
             await self.promote()
         self._woken = False
         idle = drained.claimed == 0 and len(self.book) == 0 and self._next_due is None
-        idle = idle and self._limited_until is None  # held back by a limit is not idle
+        idle = idle and self.drainer.limited_until is None  # held back by a limit is not idle
         idle = idle and not self.isolation.health.resting()  # nor is a queue that failed
         if idle and self.settings.burst:
             await self.promote()  # a job failed since the beat may have been scheduled
             idle = self._next_due is None
         if not drained.more and not (idle and self.settings.burst):
-            await self.park()
+            await self.park(jobs)
         return idle
 
     async def reap(self) -> None:
@@ -200,96 +212,14 @@ class Supervisor:
                     soonest = due_in if soonest is None else min(soonest, due_in)
         self._next_repeat = None if soonest is None else self.clock.monotonic() + soonest / 1000
 
-    async def drain(self, jobs: JobGroup) -> DrainResult:
-        drained = DrainResult()
-        self._limited_until = None
-        deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
-        for queue in self.isolation.ready():
-            while not self._stopping:
-                if self._solo_running():
-                    return drained
-                if self.clock.monotonic() >= deadline:
-                    drained.more = True
-                    return drained
-                free = self.settings.concurrency - self.book.running
-                if free <= 0:
-                    return drained
-                claimed_at = self.clock.monotonic()
-                result = await self._claim_or_rest(queue, min(free, CLAIM_BATCH))
-                if result is None:
-                    break
-                self.status.note_pause(queue.name, result.paused)
-                self.counters.phantoms += result.phantoms
-                self._start(jobs, result, claimed_at)
-                self.counters.claimed += len(result.jobs)
-                if result.jobs:
-                    self.counters.by_queue[(queue.name, "claimed")] += len(result.jobs)
-                drained.claimed += len(result.jobs)
-                if result.limited is not None:
-                    self._hold_back(result.limited)
-                    break
-                if len(result.jobs) + result.phantoms < min(free, CLAIM_BATCH):
-                    break
-        return drained
-
-    def _start(self, jobs: JobGroup, result: ClaimResult, claimed_at: float) -> None:
-        for job in result.jobs:
-            lease = Lease(job=job, confirmed_at=claimed_at)
-            self.book.add(lease)
-            if result.solo:
-                self._solo = lease
-                jobs.start(self.runner.run_alone, lease, self.book)
-            else:
-                jobs.start(self.runner.run, lease)
-            if self._log_jobs:
-                self.log.info(
-                    "job_claimed",
-                    queue=job.queue,
-                    job_id=job.id,
-                    attempts=job.token,
-                    **({"solo": True} if result.solo else {}),
-                )
-
-    def _solo_running(self) -> bool:
-        """A suspect claimed 'solo' waits to run or runs (its handler has not returned)."""
-        solo = self._solo
-        if solo is not None and (solo.settling or not self.book.holds(solo)):
-            self._solo = solo = None
-        return solo is not None
-
-    async def _claim_or_rest(self, queue: Queue, count: int) -> ClaimResult | None:
-        """Claim; None when the queue failed and now rests. A success ends the queue's streak."""
-        with self.isolation.isolated(queue):
-            result = await self._claim(queue, count)
-            self.isolation.recovered(queue.name)
-            return result
-        return None
-
-    async def _claim(self, queue: Queue, count: int) -> ClaimResult:
-        """Claim; when the connection drops before the reply, claim once more with the same
-        nonce: claim.lua's memo hands back what the lost reply leased, rather than leaving those
-        jobs stranded until the reaper returns them a lease later."""
-        nonce = new_nonce()
-        try:
-            return await queue.claim(count, self.settings.lease_ms, nonce)
-        except (RedisConnectionError, RedisTimeoutError):
-            return await queue.claim(count, self.settings.lease_ms, nonce)
-
-    def _hold_back(self, limited: Limited) -> None:
-        """A limit refused the claim: park until its window reopens (rate), or poll for a slot
-        freed elsewhere (concurrency) rather than spin or wait out the beat."""
-        wait_ms = limited.retry_after_ms if limited.reason == "rate" else CEILING_POLL_MS
-        until = self.clock.monotonic() + max(1, wait_ms) / 1000
-        self._limited_until = min(until, self._limited_until or until)
-
-    async def park(self) -> None:
+    async def park(self, jobs: JobGroup) -> None:
         """Sleep until the next beat, due job or repeat, or the end of a limit's hold; a wake
-        token or a freed slot ends it early."""
+        token, a job handed to this worker, or a freed slot ends it early."""
         now = self.clock.monotonic()
         times = (
             self._next_due,
             self._next_repeat,
-            self._limited_until,
+            self.drainer.limited_until,
             self.isolation.next_retry(),
         )
         until = min([self._next_beat, *(t for t in times if t is not None)])
@@ -299,11 +229,16 @@ class Supervisor:
         with anyio.CancelScope() as scope:
             self._park_scope = scope
             try:
-                if self.book.running >= self.settings.concurrency or self._solo_running():
+                if self.book.running >= self.settings.concurrency or self.drainer.solo_running():
                     with anyio.move_on_after(timeout):
                         await self.slots.arm().wait()
                 else:
-                    self._woken = await self.isolation.park(self._wakes, timeout)
+                    popped = await self.isolation.park(self._wakes, timeout, self.offers)
+                    handed = None if popped is None else self.offers.received(*popped)
+                    if handed is not None:
+                        self.drainer.start_handed_off(jobs, handed)
+                    # A wake token may announce a scheduled job (see _cycle); a hand-off never.
+                    self._woken = popped is not None and handed is None
             finally:
                 self._park_scope = None
 

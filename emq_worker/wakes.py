@@ -16,6 +16,7 @@ and a queue outside the window is still drained every pass (a wake only shortens
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 from redis.asyncio import Redis
@@ -28,19 +29,27 @@ MAX_PARKED = 16
 """The most blocking connections one worker holds while parked."""
 
 
+Popped = tuple[str, bytes]
+"""What a park's BLPOP took: the key, and the wake token or hand-off (offers.py) it held."""
+
+
 class WakeWaiter:
-    """`await waiter.wait(keys, timeout)`: True when a wake token was taken."""
+    """`await waiter.wait(keys, timeout)`: what was popped, or None when the timeout passed."""
 
     def __init__(self, client: Redis) -> None:
         self.client = client
         self.clustered = as_cluster(client) is not None
         self._rotation = 0
 
-    async def wait(self, keys: Sequence[str], timeout_s: float) -> bool:
+    def spans_slots(self, keys: Sequence[str]) -> bool:
+        """True when a park on `keys` takes several BLPOPs (a cluster, keys on several slots)."""
+        return self.clustered and len(by_slot(keys)) > 1
+
+    async def wait(self, keys: Sequence[str], timeout_s: float) -> Popped | None:
         seconds = max(0.01, round(timeout_s, 3))
         groups = by_slot(keys) if self.clustered else [list(keys)]
         if len(groups) == 1:
-            return await self.client.blpop(groups[0], timeout=seconds) is not None
+            return popped(await self.client.blpop(groups[0], timeout=seconds))
         return await self._first_of(self._window(groups), seconds)
 
     def _window(self, groups: list[list[str]]) -> list[list[str]]:
@@ -50,17 +59,20 @@ class WakeWaiter:
         self._rotation += MAX_PARKED
         return [groups[(start + i) % len(groups)] for i in range(MAX_PARKED)]
 
-    async def _first_of(self, groups: list[list[str]], seconds: float) -> bool:
+    async def _first_of(self, groups: list[list[str]], seconds: float) -> Popped | None:
         """The first token or the first error ends every BLPOP; an error is raised as itself
-        (not in an ExceptionGroup) so the beat's retry on a lost connection applies."""
-        woken = False
+        (not in an ExceptionGroup) so the beat's retry on a lost connection applies. (A token a
+        cancelled BLPOP had taken is lost; so a worker whose park spans slots makes no hand-off
+        offers: a job handed to it could be lost the same way, until the reaper.)"""
+        woken: Popped | None = None
         failure: RedisError | None = None
 
         async def park_on(group: list[str], scope: anyio.CancelScope) -> None:
             nonlocal woken, failure
             try:
-                if await self.client.blpop(group, timeout=seconds) is not None:
-                    woken = True
+                taken = popped(await self.client.blpop(group, timeout=seconds))
+                if taken is not None:
+                    woken = woken or taken
                     scope.cancel()
             except RedisError as exc:
                 failure = failure or exc
@@ -69,9 +81,18 @@ class WakeWaiter:
         async with anyio.create_task_group() as group_tasks:
             for group in groups:
                 group_tasks.start_soon(park_on, group, group_tasks.cancel_scope)
-        if failure is not None and not woken:
+        if failure is not None and woken is None:
             raise failure
         return woken
+
+
+def popped(reply: Any) -> Popped | None:
+    """A BLPOP reply as (key, value); None on its timeout."""
+    if reply is None:
+        return None
+    key, value = reply
+    key = key.decode() if isinstance(key, bytes) else str(key)
+    return key, value if isinstance(value, bytes) else str(value).encode()
 
 
 def by_slot(keys: Sequence[str]) -> list[list[str]]:

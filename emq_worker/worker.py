@@ -129,6 +129,7 @@ class Worker:
             lease_ms=settings.lease_ms,
             renew_every_ms=settings.renew_interval_ms if settings.renew else 0,
             beat_ms=settings.beat_ms,
+            handoff=settings.handoff,
             http=settings.http,
         )
         self.ready.set()

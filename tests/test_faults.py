@@ -95,6 +95,44 @@ async def test_a_sigkilled_holder_s_job_is_rerun_by_another_worker_within_a_leas
     assert workers.ledger.find("done", job, pid=a.pid) == []
 
 
+async def test_a_job_handed_to_a_worker_killed_while_parked_is_rerun_after_its_lease(
+    client: Redis, redis_url: str, queue_name: str, workers: WorkerProcesses
+) -> None:
+    """A worker SIGKILLed while parked leaves its hand-off offer standing (a beat and a half at
+    most): the job handed to it is leased to the dead worker, like a job it had claimed, and
+    the reaper returns it after the lease; nothing is lost."""
+    lease_ms = 600
+    producer = Producer(client)
+    queue = producer.queue(queue_name)
+    a = workers.start(
+        "a", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=BEAT_MS
+    )
+    await a.wait_event("worker_started")
+
+    async def offer_stands() -> bool:
+        return int(await client.zcard(queue.keys.offers)) == 1
+
+    await eventually(offer_stands, timeout=5, what="A's hand-off offer")
+    a.send(signal.SIGKILL)
+    assert await a.wait_exit(EXIT_SOON_S) == -signal.SIGKILL
+    job = (await producer.enqueue(queue_name, "sleep", {"ms": 10})).job_id
+    assert await client.hget(queue.keys.job(job), "state") == b"active"  # handed to dead A
+
+    b = workers.start(
+        "b", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=BEAT_MS
+    )
+    await b.wait_event("worker_started")
+    started_at = time.monotonic()
+    rerun = await workers.ledger.wait_for("start", job, pid=b.pid, within_s=10)
+    took = time.monotonic() - started_at
+    budget = (lease_ms + BEAT_MS) / 1000 + SLACK_S
+    assert took <= budget, f"B started the job {took:.2f} s after its start; budget {budget} s"
+    assert rerun.attempt == 2
+    counts = await wait_completed(queue, job)
+    assert where_jobs_are(counts) == (0, 0, 0, 0, 1)
+    assert workers.ledger.find(job_id=job, pid=a.pid) == []
+
+
 async def test_a_frozen_holder_that_wakes_after_a_reclaim_has_its_late_write_fenced(
     client: Redis, redis_url: str, queue_name: str, workers: WorkerProcesses
 ) -> None:

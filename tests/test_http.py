@@ -73,6 +73,7 @@ async def test_metrics_count_jobs_and_read_queue_depths(
     assert status == 200
     got = samples(body)
     assert got[("emq_jobs_claimed_total", ())] == 4
+    assert got[("emq_jobs_handed_off_total", ())] == 0  # all four waited in pending
     assert got[("emq_queue_events_total", (("event", "claimed"), ("queue", queue_name)))] == 4
     assert got[("emq_jobs_completed_total", ())] == 3
     assert got[("emq_jobs_failed_total", ())] == 0

@@ -6,14 +6,23 @@
 -- KEYS[4] = emq:{q}:dead
 -- KEYS[5] = emq:{q}:limiter (the rate limit's counter: jobs leased in the current window)
 -- KEYS[6] = emq:{q}:suspects (SET of ids reap.lua marked: see 'solo' below)
+-- KEYS[7] = emq:{q}:offers (ZSET of hand-off offers: see 'offered' below)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = lease_ms (> 0): the deadline is server TIME + lease_ms
--- ARGV[3] = count (> 0): the most jobs to lease
+-- ARGV[3] = count (>= 0): the most jobs to lease
 -- ARGV[4] = nonce: random, unique per claim call; the lock subkey holds "<attempts>:<nonce>"
+-- ARGV[5] = offer nonce: this worker's hand-off offer on this queue ('' when it makes none)
+-- ARGV[6] = offer_ms (>= 0): when the claim empties pending, offer to take the next job enqueued
+--           within this many ms (0: make no offer)
+-- ARGV[7] = '1' when the worker's offer may still stand: withdraw it and take over first
+--           whatever was handed to it ('0' otherwise)
+-- ARGV[8] = room (>= 1): leave the offer only if at least this many slots of `count` are left
+--           unleased (the worker keeps a slot for each of its other queues as well)
 --
 -- Reply: a flat array {status, phantoms, id1, payload1, attempts1, id2, ...}
---   status   = 'ok', or 'paused' when meta.paused is set (nothing is leased), or 'limited',
---              or 'solo': the one job listed is a suspect and must run alone (below)
+--   status   = 'ok'; 'offered': ok, and an offer now stands (below); 'paused' when meta.paused
+--              is set (nothing is popped); 'limited'; or 'solo': the one job listed is a suspect
+--              and must run alone (below)
 --   phantoms = pending members that could not become jobs: a member whose row is gone is
 --              dropped; a row without a payload goes to dead with a last_error (EchoMQ's D7),
 --              and so does one whose payload is over 16 MiB (its size is read, never the
@@ -44,9 +53,23 @@
 -- after a lost reply) returns the jobs the first one leased and still holds, without checking
 -- pause again, instead of stranding them until the reaper; a job it returns that is still a
 -- suspect was leased alone, so the reply is 'solo' again.
+-- Hand-off offers: a claim that empties pending (no limit set, nothing put back, not 'solo',
+-- `room` slots left) and is given offer_ms > 0 leaves the offer "<offer nonce>:<lease_ms>" in KEYS[7], scored when it
+-- lapses (now + offer_ms), and replies 'offered'. The worker then parks with its BLPOP on
+-- p.."handoff:"..<offer nonce> as well as on the wake key: enqueue.lua leases the next job
+-- straight to the newest live offer and pushes "<attempts>:<id>:<payload>" there (the offer is
+-- used up), so the job starts without a claim round trip. The worker counts a standing offer as a
+-- slot taken. Its next claim on the queue (ARGV[7] = '1') first withdraws the offer and takes
+-- over any job handed to it that is still leased to it (state active, in active, lock
+-- "<attempts>:<offer nonce>"): the lock is rewritten to "<attempts>:<nonce>", the deadline reset,
+-- and the job replied first, before the jobs popped (they count against `count`); a job the
+-- reaper has taken back meanwhile is left alone. Lapsed offers are removed when one is made.
 --- @include now_ms
 --- @include events
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local offer_nonce, offer_ms, withdraw = ARGV[5] or '', tonumber(ARGV[6]) or 0, ARGV[7] == '1'
+local room = tonumber(ARGV[8]) or 1
+local offer = offer_nonce .. ':' .. lease
 local memo = p .. 'claim:' .. nonce
 local MAX_PAYLOAD_BYTES = 16777216 -- emq_worker.payload_limits.MAX_PAYLOAD_BYTES (16 MiB)
 local reply = {'ok', 0}
@@ -63,37 +86,10 @@ if redis.call('EXISTS', memo) == 1 then
       end
     end
   end
+  if reply[1] == 'ok' and offer_nonce ~= '' and redis.call('ZSCORE', KEYS[7], offer) then
+    reply[1] = 'offered'
+  end
   return reply
-end
-local meta = redis.call('HMGET', KEYS[3], 'paused', 'concurrency', 'max', 'duration')
-if meta[1] then
-  return {'paused', 0}
-end
-local now, cut = nil, nil
-local ceiling = tonumber(meta[2]) or 0
-if ceiling > 0 then
-  local room = ceiling - redis.call('ZCARD', KEYS[2])
-  if room <= 0 then
-    return {'limited', 0, 0, 'concurrency'}
-  end
-  if room <= count then
-    count, cut = room, {0, 'concurrency'}
-  end
-end
-local rate_max, window = tonumber(meta[3]) or 0, tonumber(meta[4]) or 0
-local window_end, used = nil, 0
-if rate_max > 0 and window > 0 then
-  now = now_ms()
-  window_end = (math.floor(now / window) + 1) * window
-  if redis.call('PEXPIRETIME', KEYS[5]) == window_end then
-    used = tonumber(redis.call('GET', KEYS[5])) or 0
-  end
-  if used >= rate_max then
-    return {'limited', 0, window_end - now, 'rate'}
-  end
-  if rate_max - used <= count then
-    count, cut = rate_max - used, {window_end - now, 'rate'}
-  end
 end
 -- Fail before the first write, never half-way (a script error after ZPOPMIN would strand every
 -- job popped before it, in no set): a wrong-typed active or suspects set errors here with
@@ -102,10 +98,114 @@ end
 redis.call('ZCARD', KEYS[2])
 local suspects = redis.call('SCARD', KEYS[6]) > 0
 redis.call('SETRANGE', memo, 0, '')
-local popped = redis.call('ZPOPMIN', KEYS[1], count)
-if #popped == 0 then
+local now, cut = nil, nil
+local claimed = {}
+-- The jobs handed to this worker's offer since its last claim, still leased to it: leased again
+-- under this call's nonce and a fresh deadline, and replied first.
+if withdraw then
+  redis.call('ZREM', KEYS[7], offer)
+  local box = p .. 'handoff:' .. offer_nonce
+  local items = redis.call('LRANGE', box, 0, -1)
+  redis.call('DEL', box)
+  for _, item in ipairs(items) do
+    local colon = string.find(item, ':', 1, true)
+    local second = colon and string.find(item, ':', colon + 1, true)
+    if second then
+      local attempts, id = string.sub(item, 1, colon - 1), string.sub(item, colon + 1, second - 1)
+      local row = p .. 'job:' .. id
+      if redis.call('GET', row .. ':lock') == attempts .. ':' .. offer_nonce
+        and redis.call('HGET', row, 'state') == 'active'
+        and redis.call('ZSCORE', KEYS[2], id)
+      then
+        now = now or now_ms()
+        redis.call('SET', row .. ':lock', attempts .. ':' .. nonce, 'PX', 2 * lease)
+        redis.call('ZADD', KEYS[2], now + lease, id)
+        claimed[#claimed + 1] = id
+        reply[#reply + 1] = id
+        reply[#reply + 1] = string.sub(item, second + 1)
+        reply[#reply + 1] = tonumber(attempts)
+      end
+    end
+  end
+  count = math.max(0, count - #claimed)
+end
+local taken_over = #claimed
+-- The ids leased are remembered for a re-sent call (the memo), once per 500 (unpack() has a stack
+-- limit of a few thousand values).
+local function remember()
+  for first = 1, #claimed, 500 do
+    redis.call('RPUSH', memo, unpack(claimed, first, math.min(first + 499, #claimed)))
+  end
+  if #claimed > 0 then
+    redis.call('PEXPIRE', memo, lease)
+  end
+end
+-- A refusal after a take-over still replies the jobs taken over: {status, 0, [retry_after_ms,
+-- reason,] jobs...}.
+local function refuse(status, limit)
+  remember()
+  reply[1] = status
+  if limit then
+    table.insert(reply, 3, limit[2])
+    table.insert(reply, 3, limit[1])
+  end
   return reply
 end
+local meta = redis.call('HMGET', KEYS[3], 'paused', 'concurrency', 'max', 'duration')
+if meta[1] then
+  return refuse('paused')
+end
+local ceiling = tonumber(meta[2]) or 0
+if ceiling > 0 then
+  local room = ceiling - redis.call('ZCARD', KEYS[2])
+  if room <= 0 then
+    return refuse('limited', {0, 'concurrency'})
+  end
+  if room <= count then
+    count, cut = room, {0, 'concurrency'}
+  end
+end
+local rate_max, window = tonumber(meta[3]) or 0, tonumber(meta[4]) or 0
+local window_end, used = nil, 0
+if rate_max > 0 and window > 0 then
+  now = now or now_ms()
+  window_end = (math.floor(now / window) + 1) * window
+  if redis.call('PEXPIRETIME', KEYS[5]) == window_end then
+    used = tonumber(redis.call('GET', KEYS[5])) or 0
+  end
+  if used >= rate_max then
+    return refuse('limited', {window_end - now, 'rate'})
+  end
+  if rate_max - used <= count then
+    count, cut = rate_max - used, {window_end - now, 'rate'}
+  end
+end
+-- Stand ready for the next job enqueued, once this claim has emptied pending and `leased` jobs
+-- left room: an offer is made only where a hand-off may happen (no limit: enqueue.lua hands off
+-- nothing then).
+local function stand_ready(leased)
+  if offer_ms > 0 and offer_nonce ~= '' and count - leased >= room and ceiling <= 0
+    and rate_max <= 0
+  then
+    now = now or now_ms()
+    redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
+    redis.call('ZADD', KEYS[7], now + offer_ms, offer)
+    reply[1] = 'offered'
+  end
+end
+local popped = {}
+if count > 0 then
+  popped = redis.call('ZPOPMIN', KEYS[1], count)
+end
+if #popped == 0 then
+  if count > 0 then
+    stand_ready(0)
+  end
+  remember()
+  return reply
+end
+local emptied = #popped < 2 * count
+local put_back = false
 -- Wake tokens for the jobs put back, best effort (pcall: a wrong-typed wake key must not fail
 -- the call after ZPOPMIN), as many as jobs and at most 64, as the other scripts push them.
 local function announce(n)
@@ -124,7 +224,7 @@ if suspects then
   for i = 1, #popped, 2 do
     if redis.call('SISMEMBER', KEYS[6], popped[i]) == 1 then
       local keep = i - 1
-      if i == 1 then
+      if i == 1 and taken_over == 0 then -- (beside a job taken over, it waits for the next claim)
         keep = 2
         reply[1] = 'solo'
       end
@@ -132,6 +232,7 @@ if suspects then
         redis.call('ZADD', KEYS[1], popped[j + 1], popped[j])
       end
       announce((#popped - keep) / 2)
+      put_back = true
       for j = #popped, keep + 1, -1 do
         popped[j] = nil
       end
@@ -141,7 +242,6 @@ if suspects then
 end
 now = now or now_ms()
 local deadline = now + lease
-local claimed = {}
 for i = 1, #popped, 2 do
   local id = popped[i]
   local row = p .. 'job:' .. id
@@ -182,34 +282,32 @@ for i = 1, #popped, 2 do
     reply[2] = reply[2] + 1
   end
 end
--- One ZADD and one RPUSH per 500 jobs rather than per job (unpack() has a stack limit of a few
--- thousand values).
-for first = 1, #claimed, 500 do
-  local last = math.min(first + 499, #claimed)
+-- One ZADD per 500 jobs rather than per job (unpack() has a stack limit of a few thousand values).
+for first = taken_over + 1, #claimed, 500 do
   local scored = {}
-  for i = first, last do
+  for i = first, math.min(first + 499, #claimed) do
     scored[#scored + 1] = deadline
     scored[#scored + 1] = claimed[i]
   end
   redis.call('ZADD', KEYS[2], unpack(scored))
-  redis.call('RPUSH', memo, unpack(claimed, first, last))
 end
-if #claimed > 0 then
-  redis.call('PEXPIRE', memo, lease)
+remember()
+local leased = #claimed - taken_over
+if leased > 0 then
   if window_end then
     if used == 0 then
-      redis.call('SET', KEYS[5], #claimed, 'PXAT', window_end)
+      redis.call('SET', KEYS[5], leased, 'PXAT', window_end)
     else
-      redis.call('INCRBY', KEYS[5], #claimed)
+      redis.call('INCRBY', KEYS[5], leased)
     end
   end
   if listening(p) then
-    for i = 3, #reply, 3 do
+    for i = 3 + 3 * taken_over, #reply, 3 do
       emit(p, 'claimed', reply[i], reply[i + 2], now)
     end
   end
 end
-if reply[1] == 'solo' and #claimed == 0 then
+if reply[1] == 'solo' and leased == 0 then
   reply[1] = 'ok' -- the suspect was a phantom: nothing runs alone
 end
 -- The limit bound this claim (it leased all the count it allowed): say so with the jobs.
@@ -217,5 +315,7 @@ if cut and #popped == 2 * count and reply[1] == 'ok' then
   table.insert(reply, 3, cut[2])
   table.insert(reply, 3, cut[1])
   reply[1] = 'limited'
+elseif emptied and not put_back and reply[1] == 'ok' then
+  stand_ready(leased)
 end
 return reply

@@ -5,6 +5,9 @@
 -- KEYS[1] = emq:{q}:pending
 -- KEYS[2] = emq:{q}:schedule
 -- KEYS[3] = emq:{q}:wake
+-- KEYS[4] = emq:{q}:offers (ZSET: workers parked with a free slot; see claim.lua)
+-- KEYS[5] = emq:{q}:active
+-- KEYS[6] = emq:{q}:meta
 -- ARGV[1] = p, the queue prefix "emq:{q}:" (rows are p.."job:"..id, on the same slot)
 -- ARGV[2] = d, the number of dedup triples that follow (0 on the common path)
 -- ARGV[3..] = d triples: job index (1-based, in the job list below), did, ttl_ms (0: no TTL).
@@ -18,8 +21,19 @@
 --        original row is kept untouched); or a string, the id of the job that de:<did> names
 --        (a dedup duplicate: nothing was written).
 -- Errors: EMQKIND when any id is not JOB-namespaced; checked for every job before any write.
+-- Hand-off: while pending is empty and live offers stand in KEYS[4] (member "<nonce>:<lease_ms>",
+-- score = when the offer lapses, server ms), each job enqueued "now" is leased here, oldest mint
+-- first, to the newest offer, exactly as that worker's claim would lease it: attempts 1, state
+-- active, the deadline now + lease_ms in active, the lock "1:<nonce>" PX 2 x lease_ms (and a
+-- 'claimed' event while someone listens). Its offer is used up, and "1:<id>:<payload>" is pushed
+-- onto p.."handoff:"..nonce (PX lease_ms), the list that worker's BLPOP is parked on, in place of
+-- a wake token: the job starts without a claim round trip. Never while the queue is paused or has
+-- a concurrency or rate limit (only the claim enforces those), and never ahead of a job already
+-- waiting in pending. A job handed to a worker that died meanwhile is an expired lease like any
+-- other: the reaper returns it.
 --- @include now_ms
 --- @include fence
+--- @include events
 local p = ARGV[1]
 local jobs_from = 3 + 3 * tonumber(ARGV[2])
 for i = jobs_from, #ARGV, 4 do
@@ -42,6 +56,58 @@ end
 local replies, ready = {}, {}
 local now = nil
 local scheduled = 0
+-- The live offers, newest first, at most one per job enqueued now (none when nothing waits for
+-- one, or when the queue is paused, limited, or has jobs waiting already).
+local offers, listen = {}, false
+local function take_offers()
+  local wanted = 0
+  for i = jobs_from, #ARGV, 4 do
+    if ARGV[i + 2] == 'now' then
+      wanted = wanted + 1
+    end
+  end
+  if wanted == 0 or redis.call('ZCARD', KEYS[4]) == 0 or redis.call('ZCARD', KEYS[1]) > 0 then
+    return
+  end
+  local meta = redis.call('HMGET', KEYS[6], 'paused', 'concurrency', 'max')
+  if meta[1] or (tonumber(meta[2]) or 0) > 0 or (tonumber(meta[3]) or 0) > 0 then
+    return
+  end
+  now = now or now_ms()
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+  offers = redis.call('ZRANGE', KEYS[4], '+inf', '(' .. now, 'BYSCORE', 'REV', 'LIMIT', 0, wanted)
+  listen = #offers > 0 and listening(p)
+end
+take_offers()
+local handed = 0
+-- Lease the new job `id` to the next offer, if one is left; false when none is.
+local function hand_off(id, payload, did)
+  while handed < #offers do
+    handed = handed + 1
+    local offer = offers[handed]
+    redis.call('ZREM', KEYS[4], offer)
+    local nonce, lease = string.match(offer, '^(%x+):(%d+)$')
+    if nonce and not string.find(id, ':', 1, true) then
+      lease = tonumber(lease)
+      local row = p .. 'job:' .. id
+      if did then
+        redis.call('HSET', row, 'state', 'active', 'attempts', '1', 'payload', payload, 'dedup', did)
+      else
+        redis.call('HSET', row, 'state', 'active', 'attempts', '1', 'payload', payload)
+      end
+      redis.call('SET', row .. ':lock', '1:' .. nonce, 'PX', 2 * lease)
+      redis.call('ZADD', KEYS[5], now + lease, id)
+      local box = p .. 'handoff:' .. nonce
+      redis.call('RPUSH', box, '1:' .. id .. ':' .. payload)
+      redis.call('PEXPIRE', box, lease)
+      if listen then
+        emit(p, 'claimed', id, 1, now)
+      end
+      return true
+    end
+  end
+  return false
+end
 for i = jobs_from, #ARGV, 4 do
   local id, payload, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local row = p .. 'job:' .. id
@@ -62,21 +128,26 @@ for i = jobs_from, #ARGV, 4 do
         else
           redis.call('SET', p .. 'de:' .. did, id)
         end
-        redis.call('HSET', row, 'state', state, 'attempts', '0', 'payload', payload, 'dedup', did)
-      else
-        redis.call('HSET', row, 'state', state, 'attempts', '0', 'payload', payload)
       end
-      if mode == 'now' then
-        ready[#ready + 1] = 0
-        ready[#ready + 1] = id
-      else
-        local at = tonumber(ARGV[i + 3])
-        if mode == 'in' then
-          now = now or now_ms()
-          at = now + at
+      -- A job leased to a parked worker has its row written already: no pending entry, no wake.
+      if not (mode == 'now' and hand_off(id, payload, did)) then
+        if did then
+          redis.call('HSET', row, 'state', state, 'attempts', '0', 'payload', payload, 'dedup', did)
+        else
+          redis.call('HSET', row, 'state', state, 'attempts', '0', 'payload', payload)
         end
-        redis.call('ZADD', KEYS[2], at, id)
-        scheduled = scheduled + 1
+        if mode == 'now' then
+          ready[#ready + 1] = 0
+          ready[#ready + 1] = id
+        else
+          local at = tonumber(ARGV[i + 3])
+          if mode == 'in' then
+            now = now or now_ms()
+            at = now + at
+          end
+          redis.call('ZADD', KEYS[2], at, id)
+          scheduled = scheduled + 1
+        end
       end
       replies[#replies + 1] = 1
     end

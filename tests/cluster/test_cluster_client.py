@@ -140,7 +140,7 @@ async def test_a_park_over_queues_on_every_node_wakes_on_any_of_them(
     wake_keys = [QueueKeys.of(name).wake for name in queues]
     await cluster_client.delete(*wake_keys)
     waiter = WakeWaiter(cluster_client)
-    woken: list[bool] = []
+    woken: list[tuple[str, bytes] | None] = []
 
     async def park() -> None:
         woken.append(await waiter.wait(wake_keys, 60.0))
@@ -152,9 +152,9 @@ async def test_a_park_over_queues_on_every_node_wakes_on_any_of_them(
             tasks.start_soon(park)
             await _until_blocked(cluster, len(queues))
             await cluster_client.lpush(QueueKeys.of(name).wake, "1")
-        assert woken == [True], name
+        assert woken == [(QueueKeys.of(name).wake, b"1")], name
     # The connections of the cancelled BLPOPs are usable again: a quiet park just times out.
-    assert await waiter.wait(wake_keys, 0.05) is False
+    assert await waiter.wait(wake_keys, 0.05) is None
 
 
 async def test_one_renewal_tick_sends_every_queue_before_any_reply(
