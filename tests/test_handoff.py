@@ -15,13 +15,11 @@ from emq_worker import App, JobContext, JobSpec, Producer, Worker
 from emq_worker.offers import Offers
 from emq_worker.outcomes import ClaimResult, SettleStatus, handed_off_job
 from emq_worker.queue import OfferTerms, new_nonce
-from tests.support.conformance import LEASE_MS, RECEIPT_MS, Harness, held, lapse
+from tests.support.conformance import LEASE_MS, RECEIPT_MS, Harness, held
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually, until
 
 OFFER_MS = 5_000
-SHORT_LEASE_MS = 30
-"""A lease short enough to let it lapse in a test; the sleep past it is the scenario."""
 
 
 @pytest.fixture
@@ -43,6 +41,13 @@ async def handoff_items(conf: Harness, nonce: str) -> list[bytes]:
 
 async def offers(conf: Harness) -> list[str]:
     return await conf.members(conf.keys.offers)
+
+
+async def lapse_and_reap(conf: Harness, job_id: str) -> None:
+    """The lease lapses (its deadline moved to the epoch, as time passing would: the hand-off
+    list, PX lease_ms, is still there) and the reaper returns the job."""
+    await conf.client.zadd(conf.keys.active, {job_id: 0}, xx=True)
+    assert (await conf.queue.reap(10, 5)).returned == 1
 
 
 async def wake_tokens(conf: Harness) -> int:
@@ -178,13 +183,24 @@ async def test_a_job_taken_back_by_the_reaper_is_not_taken_over(conf: Harness) -
     """A worker that froze with a job handed to it: the reaper returns the job, and the worker's
     next claim does not take it back from the queue."""
     nonce = new_nonce()
-    assert (await offer(conf, nonce, lease_ms=SHORT_LEASE_MS)).offered
+    assert (await offer(conf, nonce)).offered
     job_id = await conf.enqueue()
-    await lapse(2 * SHORT_LEASE_MS)
-    assert (await conf.queue.reap(10, 5)).returned == 1
+    await lapse_and_reap(conf, job_id)
+    assert await handoff_items(conf, nonce) != []
     result = await conf.queue.claim(10, LEASE_MS, new_nonce(), OfferTerms(nonce, 0, True))
     # Claimed afresh from pending, at attempts 2, not taken over at attempts 1.
     assert [(job.id, job.token) for job in result.jobs] == [(job_id, 2)]
+
+
+async def test_a_job_another_worker_holds_is_not_taken_over(conf: Harness) -> None:
+    nonce = new_nonce()
+    assert (await offer(conf, nonce)).offered
+    job_id = await conf.enqueue()
+    await lapse_and_reap(conf, job_id)
+    other = await conf.claim_one()  # attempts 2, another worker's lock
+    result = await conf.queue.claim(10, LEASE_MS, new_nonce(), OfferTerms(nonce, 0, True))
+    assert result.jobs == ()
+    assert await conf.client.get(conf.keys.lock(job_id)) == f"2:{other.nonce}".encode()
 
 
 async def test_a_resent_claim_reports_the_offer_it_left(conf: Harness) -> None:
@@ -214,12 +230,11 @@ async def test_withdraw_hands_the_jobs_back_to_pending(conf: Harness) -> None:
 
 async def test_withdraw_leaves_a_job_another_worker_holds(conf: Harness) -> None:
     nonce = new_nonce()
-    assert (await offer(conf, nonce, lease_ms=SHORT_LEASE_MS)).offered
+    assert (await offer(conf, nonce)).offered
     job_id = await conf.enqueue()
-    await lapse(2 * SHORT_LEASE_MS)
-    await conf.queue.reap(10, 5)
+    await lapse_and_reap(conf, job_id)
     taken = await conf.claim_one()
-    assert await conf.queue.withdraw(nonce, SHORT_LEASE_MS) == 0
+    assert await conf.queue.withdraw(nonce, LEASE_MS) == 0
     assert await conf.field(job_id, "state") == b"active"
     assert await conf.client.get(conf.keys.lock(job_id)) == f"2:{taken.nonce}".encode()
 

@@ -1,7 +1,8 @@
 """A model-based test of the real scripts on the real test redis: hypothesis drives enqueue,
-claim, renew, complete, fail, reap, promote, the passing of time and the death of a worker, and
-after every step the server must agree with a small model of the protocol. A failure shrinks to
-a minimal sequence of steps.
+claim, renew, complete, fail, reap, promote, hand-off offers (made, taken by a park, taken over by
+the next claim, withdrawn), the passing of time and the death of a worker, and after every step
+the server must agree with a small model of the protocol. A failure shrinks to a minimal sequence
+of steps.
 
 Time passes without sleeping: leases and retry delays are long (60 s), and "time passes" for a
 lease or a scheduled job by moving its score to 0 (the epoch), which is what the reaper and
@@ -31,8 +32,8 @@ from redis.asyncio import Redis
 from emq_worker.connection import connect
 from emq_worker.ids import SnowflakeMinter
 from emq_worker.outcomes import SettleResult
-from emq_worker.protocol import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.queue import Completion, Failure, HeldLease, NewJob, Queue
+from emq_worker.protocol import DEFAULT_WIRE_VERSION, JobId, Token
+from emq_worker.queue import Completion, Failure, HeldLease, NewJob, OfferTerms, Queue
 from emq_worker.scripts import Scripts
 
 LONG_MS = 60_000
@@ -74,6 +75,10 @@ class Protocol(RuleBasedStateMachine):
         self.leases: list[HeldLease] = []
         self.workers: list[str] = []
         self.completions = 0
+        self.handoffs: dict[str, list[str]] = {}
+        """Every offer made (by nonce) and the jobs on its hand-off list."""
+        self.standing: set[str] = set()
+        """The offers in the offers set: made, and neither used up nor withdrawn."""
 
     def run(self, coroutine: Any, *args: Any) -> Any:
         return self.portal.call(coroutine, *args)
@@ -83,27 +88,95 @@ class Protocol(RuleBasedStateMachine):
     @rule(n=st.integers(1, 4))
     def enqueue(self, n: int) -> None:
         ids = [str(self.minter.job_id()) for _ in range(n)]
+        nothing_waits = not any(job.state == "pending" for job in self.jobs.values())
         flags = self.run(self.queue.enqueue, [NewJob(JobId(i), PAYLOAD) for i in ids])
         assert flags == [True] * n
         for job in ids:
             self.jobs[job] = Job()
+        # The oldest jobs go to standing offers, one each, while nothing waited in pending.
+        handed = {}
+        for offer in sorted(self.standing):
+            items = self.run(self.client.lrange, self.queue.keys.handoff(offer), 0, -1)
+            assert len(items) <= 1, (offer, items)
+            if items:
+                handed[items[0].split(b":")[1].decode()] = offer
+        expected = ids[: min(n, len(self.standing))] if nothing_waits else []
+        assert sorted(handed) == expected, (handed, expected)
+        for job_id, offer in handed.items():
+            leased = self.jobs[job_id]
+            leased.state, leased.attempts, leased.holder = "active", 1, (1, offer)
+            self.handoffs[offer].append(job_id)
+            self.standing.discard(offer)
+            self.workers.append(offer)
+            self.leases.append(HeldLease(JobId(job_id), Token(1), offer))
 
-    @rule(count=st.integers(1, 5))
-    def claim(self, count: int) -> None:
+    @rule(
+        count=st.integers(1, 5),
+        offer=st.booleans(),
+        withdraw=st.none() | st.integers(0, 10_000),
+    )
+    def claim(self, count: int, offer: bool, withdraw: int | None) -> None:
+        """A claim, maybe making an offer, maybe by a worker that made one before (it withdraws
+        that offer and takes over what was handed to it, then offers again under its nonce)."""
         nonce = f"{next(_nonces):016x}"
-        result = self.run(self.queue.claim, count, LONG_MS, nonce)
-        popped = sorted(j for j, job in self.jobs.items() if job.state == "pending")[:count]
+        terms, taken = OfferTerms(), []
+        if withdraw is not None and self.handoffs:
+            offer_nonce = sorted(self.handoffs)[withdraw % len(self.handoffs)]
+            taken = [j for j in self.handoffs[offer_nonce] if self._held(j, offer_nonce)]
+            self.handoffs[offer_nonce] = []
+            self.standing.discard(offer_nonce)
+            terms = OfferTerms(offer_nonce, LONG_MS if offer else 0, True)
+        elif offer:
+            offer_nonce = f"{next(_nonces):016x}"
+            self.handoffs[offer_nonce] = []
+            terms = OfferTerms(offer_nonce, LONG_MS)
+        result = self.run(self.queue.claim, count, LONG_MS, nonce, terms)
+        left = count - len(taken)
+        pending = sorted(j for j, job in self.jobs.items() if job.state == "pending")
+        popped = pending[: max(0, left)]
         first_suspect = next((i for i, j in enumerate(popped) if self.jobs[j].suspect), None)
-        expected = popped if first_suspect is None else popped[:first_suspect] or popped[:1]
+        solo = first_suspect == 0 and not taken
+        kept = popped if first_suspect is None else popped[:first_suspect]
+        expected = [*taken, *(popped[:1] if solo else kept)]
         assert [job.id for job in result.jobs] == expected
-        assert result.solo == (first_suspect == 0)
+        assert result.solo == solo
+        offered = bool(terms.offer_ms) and left > len(pending) and first_suspect is None
+        assert result.offered == offered, (terms, left, pending)
+        if offered:
+            self.standing.add(terms.nonce)
         self.workers.append(nonce)
         for claimed in result.jobs:
             job = self.jobs[claimed.id]
-            job.attempts += 1
+            if claimed.id not in taken:
+                job.attempts += 1
             assert claimed.token == job.attempts
             job.state, job.holder, job.expired = "active", (job.attempts, nonce), False
             self.leases.append(HeldLease(claimed.id, claimed.token, nonce))
+
+    def _held(self, job_id: str, nonce: str) -> bool:
+        job = self.jobs[job_id]
+        return job.state == "active" and job.holder == (job.attempts, nonce)
+
+    @precondition(lambda self: any(self.handoffs.values()))
+    @rule(pick=st.integers(0, 10_000))
+    def park_takes_a_handoff(self, pick: int) -> None:
+        """The offering worker's BLPOP takes the job (it then holds it under the offer's nonce)."""
+        offers = sorted(offer for offer, items in self.handoffs.items() if items)
+        offer = offers[pick % len(offers)]
+        popped = self.run(self.client.lpop, self.queue.keys.handoff(offer))
+        assert popped.split(b":")[1].decode() == self.handoffs[offer].pop(0)
+
+    @precondition(lambda self: self.handoffs)
+    @rule(pick=st.integers(0, 10_000))
+    def withdraw(self, pick: int) -> None:
+        offer = sorted(self.handoffs)[pick % len(self.handoffs)]
+        released = self.run(self.queue.withdraw, offer, LONG_MS)
+        back = [j for j in self.handoffs.pop(offer) if self._held(j, offer)]
+        self.standing.discard(offer)
+        assert released == len(back)
+        for job_id in back:
+            job = self.jobs[job_id]
+            job.state, job.holder, job.expired = "pending", None, False
 
     @precondition(lambda self: self.leases)
     @rule(pick=st.integers(0, 10_000))
@@ -235,6 +308,14 @@ class Protocol(RuleBasedStateMachine):
             assert lock == holder, (job_id, lock, job)
         assert completed == self.completions
 
+    @invariant()
+    def offers_agree(self) -> None:
+        members = self.run(self.client.zrange, self.queue.keys.offers, 0, -1)
+        assert {m.decode() for m in members} == {f"{n}:{LONG_MS}" for n in self.standing}
+        for offer, jobs in self.handoffs.items():
+            items = self.run(self.client.lrange, self.queue.keys.handoff(offer), 0, -1)
+            assert [item.split(b":")[1].decode() for item in items] == jobs, offer
+
 
 async def _snapshot(
     client: Redis, queue: Queue, ids: list[str]
@@ -284,7 +365,7 @@ def test_the_scripts_agree_with_the_model_of_the_protocol(machine: type[Protocol
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=50,
+            max_examples=100,
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
