@@ -103,7 +103,9 @@ class Drainer:
                     break
         return drained
 
-    def start(self, jobs: JobGroup, result: ClaimResult, confirmed_at: float) -> None:
+    def start(
+        self, jobs: JobGroup, result: ClaimResult, confirmed_at: float, handed_off: bool = False
+    ) -> None:
         """Start every job of a claim (each leased as of `confirmed_at`) as its own task."""
         for job in result.jobs:
             lease = Lease(job=job, confirmed_at=confirmed_at)
@@ -120,6 +122,7 @@ class Drainer:
                     job_id=job.id,
                     attempts=job.token,
                     **({"solo": True} if result.solo else {}),
+                    **({"handed_off": True} if handed_off else {}),
                 )
         if result.jobs:
             self.counters.claimed += len(result.jobs)
@@ -129,7 +132,8 @@ class Drainer:
         """Start a job enqueue.lua leased to this worker's offer (its lease began after the claim
         that left the offer was sent)."""
         self.counters.handed_off += 1
-        self.start(jobs, ClaimResult((handed.job,), paused=False, phantoms=0), handed.made_at)
+        result = ClaimResult((handed.job,), paused=False, phantoms=0)
+        self.start(jobs, result, handed.made_at, handed_off=True)
 
     def solo_running(self) -> bool:
         """A suspect claimed 'solo' waits to run or runs (its handler has not returned)."""

@@ -66,6 +66,7 @@
 -- reaper has taken back meanwhile is left alone. Lapsed offers are removed when one is made.
 --- @include now_ms
 --- @include events
+--- @include handoff
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local offer_nonce, offer_ms, withdraw = ARGV[5] or '', tonumber(ARGV[6]) or 0, ARGV[7] == '1'
 local room = tonumber(ARGV[8]) or 1
@@ -103,29 +104,15 @@ local claimed = {}
 -- The jobs handed to this worker's offer since its last claim, still leased to it: leased again
 -- under this call's nonce and a fresh deadline, and replied first.
 if withdraw then
-  redis.call('ZREM', KEYS[7], offer)
-  local box = p .. 'handoff:' .. offer_nonce
-  local items = redis.call('LRANGE', box, 0, -1)
-  redis.call('DEL', box)
-  for _, item in ipairs(items) do
-    local colon = string.find(item, ':', 1, true)
-    local second = colon and string.find(item, ':', colon + 1, true)
-    if second then
-      local attempts, id = string.sub(item, 1, colon - 1), string.sub(item, colon + 1, second - 1)
-      local row = p .. 'job:' .. id
-      if redis.call('GET', row .. ':lock') == attempts .. ':' .. offer_nonce
-        and redis.call('HGET', row, 'state') == 'active'
-        and redis.call('ZSCORE', KEYS[2], id)
-      then
-        now = now or now_ms()
-        redis.call('SET', row .. ':lock', attempts .. ':' .. nonce, 'PX', 2 * lease)
-        redis.call('ZADD', KEYS[2], now + lease, id)
-        claimed[#claimed + 1] = id
-        reply[#reply + 1] = id
-        reply[#reply + 1] = string.sub(item, second + 1)
-        reply[#reply + 1] = tonumber(attempts)
-      end
-    end
+  for _, job in ipairs(withdraw_offer(p, KEYS[7], KEYS[2], offer_nonce, lease)) do
+    local id, attempts, payload, row = job[1], job[2], job[3], job[4]
+    now = now or now_ms()
+    redis.call('SET', row .. ':lock', attempts .. ':' .. nonce, 'PX', 2 * lease)
+    redis.call('ZADD', KEYS[2], now + lease, id)
+    claimed[#claimed + 1] = id
+    reply[#reply + 1] = id
+    reply[#reply + 1] = payload
+    reply[#reply + 1] = tonumber(attempts)
   end
   count = math.max(0, count - #claimed)
 end

@@ -14,28 +14,16 @@
 -- reaper took it back; another worker holds it) is left alone. attempts is kept, as release keeps
 -- it: it only ever climbs.
 --- @include fence
-local p, nonce = ARGV[1], ARGV[2]
-redis.call('ZREM', KEYS[1], nonce .. ':' .. ARGV[3])
-local box = p .. 'handoff:' .. nonce
-local items = redis.call('LRANGE', box, 0, -1)
-redis.call('DEL', box)
+--- @include handoff
+local p = ARGV[1]
 local released = 0
-for _, item in ipairs(items) do
-  local colon = string.find(item, ':', 1, true)
-  local second = colon and string.find(item, ':', colon + 1, true)
-  if second then
-    local attempts, id = string.sub(item, 1, colon - 1), string.sub(item, colon + 1, second - 1)
-    local row = p .. 'job:' .. id
-    if redis.call('GET', row .. ':lock') == attempts .. ':' .. nonce
-      and redis.call('HGET', row, 'state') == 'active'
-      and redis.call('ZREM', KEYS[2], id) == 1
-    then
-      redis.call('ZADD', KEYS[3], 0, id)
-      redis.call('HSET', row, 'state', 'pending')
-      redis.call('DEL', row .. ':lock')
-      released = released + 1
-    end
-  end
+for _, job in ipairs(withdraw_offer(p, KEYS[1], KEYS[2], ARGV[2], ARGV[3])) do
+  local id, row = job[1], job[4]
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZADD', KEYS[3], 0, id)
+  redis.call('HSET', row, 'state', 'pending')
+  redis.call('DEL', row .. ':lock')
+  released = released + 1
 end
 wake(KEYS[4], released)
 return released
