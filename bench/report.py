@@ -89,6 +89,18 @@ def rows(plan: Plan) -> list[Row]:
             "lower",
         ),
         Row(
+            "latency.claimed.idle.p50_ms",
+            "pickup latency idle, hand-off off (wake, then claim), p50 ms",
+            "lower",
+            True,
+        ),
+        Row(
+            "latency.claimed.idle.p99_ms",
+            "pickup latency idle, hand-off off (wake, then claim), p99 ms",
+            "lower",
+            True,
+        ),
+        Row(
             "floor.handoff.p50_ms",
             "floor: bare LPUSH -> BLPOP hand-off idle, p50 ms",
             "lower",

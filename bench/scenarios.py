@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
+from typing import Any
 
 from bench.harness import Harness
 from bench.monitor import Monitor
@@ -73,29 +74,47 @@ def drain(h: Harness, system: System, task: str, concurrency: int) -> None:
 
 
 def latency(h: Harness, system: System) -> None:
-    """Enqueue-to-handler-start of every probe job: an idle worker, then a steady load."""
+    """Enqueue-to-handler-start of every probe job: an idle worker, then a steady load. For
+    emq-worker also the idle phase with hand-offs off (a wake token, then a claim), and the
+    transport's floor."""
     plan = h.plan
     phases = (
         ("idle", plan.idle_probes, plan.idle_rate),
         ("load", plan.load_probes, plan.load_rate),
     )
     for phase, n, rate in phases:
-        h.redis.flush()
-        cfg = {"mode": "drain", "n": n, "concurrency": plan.latency_concurrency}
-        with h.launch(system, cfg, h.cores.worker) as worker:
-            worker.wait("ready", READY_TIMEOUT_S)
-            time.sleep(SETTLE_S)
-            produce = {"mode": "produce", "n": n, "rate": rate}
-            with h.launch(system, produce, h.cores.driver) as producer:
-                producer.wait("done", 60 + n / rate)
-                producer.finish()
-            done = worker.wait("done", READY_TIMEOUT_S)
-            worker.finish()
-        h.record(system, f"latency.{phase}.p50_ms", done["p50_ms"])
-        h.record(system, f"latency.{phase}.p99_ms", done["p99_ms"])
-        h.note(system, f"latency.{phase}.max_ms", done["max_ms"])
+        pickup(h, system, f"latency.{phase}", n, rate)
     if system.name == "emq":
+        settings = {"handoff": False}
+        pickup(h, system, "latency.claimed.idle", plan.idle_probes, plan.idle_rate, settings)
         transport_floor(h, system)
+
+
+def pickup(
+    h: Harness,
+    system: System,
+    key: str,
+    n: int,
+    rate: float,
+    settings: dict[str, Any] | None = None,
+) -> None:
+    """`n` probes at `rate`/s to a fresh worker (emq-worker `settings` overrides, if any)."""
+    h.redis.flush()
+    cfg: dict[str, Any] = {"mode": "drain", "n": n, "concurrency": h.plan.latency_concurrency}
+    if settings:
+        cfg["settings"] = settings
+    with h.launch(system, cfg, h.cores.worker) as worker:
+        worker.wait("ready", READY_TIMEOUT_S)
+        time.sleep(SETTLE_S)
+        produce = {"mode": "produce", "n": n, "rate": rate}
+        with h.launch(system, produce, h.cores.driver) as producer:
+            producer.wait("done", 60 + n / rate)
+            producer.finish()
+        done = worker.wait("done", READY_TIMEOUT_S)
+        worker.finish()
+    h.record(system, f"{key}.p50_ms", done["p50_ms"])
+    h.record(system, f"{key}.p99_ms", done["p99_ms"])
+    h.note(system, f"{key}.max_ms", done["max_ms"])
 
 
 def transport_floor(h: Harness, system: System) -> None:

@@ -3,7 +3,9 @@
 `consume` parks in BLPOP on a bare list and reports, per value, how long after the producer
 stamped it the pop returned; `produce` LPUSHes stamped values at the idle rate and, between them,
 times one PING each (a single round trip from an idle process). Any queue's idle pickup costs at
-least one such hand-off; emq-worker's costs the hand-off plus its claim's round trip.
+least one such hand-off. emq-worker's costs about one too, plus the enqueue script's own work: a
+parked worker's offer stands, so the script leases the job and pushes it onto the list the
+worker's BLPOP waits on (with `--no-handoff`, a wake token and then a claim's round trip).
 """
 
 from __future__ import annotations
