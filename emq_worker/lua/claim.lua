@@ -21,7 +21,7 @@
 --
 -- Reply: a flat array {status, phantoms, id1, payload1, attempts1, id2, ...}
 --   status   = 'ok'; 'offered': ok, and an offer now stands (below); 'paused' when meta.paused
---              is set (nothing is popped); 'limited'; or 'solo': the one job listed is a suspect
+--              is set (nothing is taken from pending); 'limited'; or 'solo': the one job listed is a suspect
 --              and must run alone (below)
 --   phantoms = pending members that could not become jobs: a member whose row is gone is
 --              dropped; a row without a payload goes to dead with a last_error (EchoMQ's D7),
@@ -40,9 +40,9 @@
 -- Neither limit is read when meta has neither field: the fast path costs one HMGET.
 -- Suspects: a job the reaper returned to pending twice, or before its last attempt (its holders
 -- died or froze while running it), may be what killed their process. A claim leases at most one suspect, and only alone: when the first
--- popped job is a suspect it is leased by itself, with status 'solo' (the worker runs nothing
--- else beside it); when a later popped job is, the claim stops before it. The popped jobs not
--- leased go back to pending with their scores (mint order is kept), with one wake token each on
+-- ready job is a suspect it is leased by itself, with status 'solo' (the worker runs nothing
+-- else beside it); when a later ready job is, the claim stops before it. The ready jobs not
+-- leased stay in pending as they are (mint order is kept), with one wake token each on
 -- p.."wake" (this worker may not take them now; another may). A 'solo' reply never says
 -- 'limited' (the worker claims nothing while the suspect runs; its next claim learns any limit
 -- afresh). Suspects are looked up only while SCARD suspects > 0: one call otherwise.
@@ -62,8 +62,16 @@
 -- slot taken. Its next claim on the queue (ARGV[7] = '1') first withdraws the offer and takes
 -- over any job handed to it that is still leased to it (state active, in active, lock
 -- "<attempts>:<offer nonce>"): the lock is rewritten to "<attempts>:<nonce>", the deadline reset,
--- and the job replied first, before the jobs popped (they count against `count`); a job the
+-- and the job replied first, before the jobs from pending (they count against `count`); a job the
 -- reaper has taken back meanwhile is left alone. Lapsed offers are removed when one is made.
+-- Persistence: the ready jobs are read (ZRANGE), never popped, and leave pending last, by name
+-- (ZREM), after every other write of theirs. The AOF and replicas get a script's effects, not the
+-- script: ZPOPMIN would be recorded as itself and replayed against whatever pending holds at
+-- replay time, where ZREM replays exactly the ids this claim took. A redis-server (7.0) that finds
+-- its AOF torn inside a MULTI/EXEC block (SIGKILLed during the write) truncates it at the last
+-- whole command, inside the block, and its next load applies that prefix with the transaction
+-- written after it: a prefix of this claim's effects leaves every job it names in pending (or in
+-- active too, where the reaper finds it), never in no set, and takes nothing it does not name.
 --- @include now_ms
 --- @include events
 --- @include handoff
@@ -92,8 +100,8 @@ if redis.call('EXISTS', memo) == 1 then
   end
   return reply
 end
--- Fail before the first write, never half-way (a script error after ZPOPMIN would strand every
--- job popped before it, in no set): a wrong-typed active or suspects set errors here with
+-- Fail before the first write, never half-way (a script error after it would leave the jobs
+-- written so far half-leased): a wrong-typed active or suspects set errors here with
 -- WRONGTYPE, and out of memory refuses this no-op SETRANGE on the absent memo (a script is stopped
 -- only at its first write that may grow memory, and only when nothing was written before it).
 redis.call('ZCARD', KEYS[2])
@@ -180,21 +188,21 @@ local function stand_ready(leased)
     reply[1] = 'offered'
   end
 end
-local popped = {}
+local ready = {}
 if count > 0 then
-  popped = redis.call('ZPOPMIN', KEYS[1], count)
+  ready = redis.call('ZRANGE', KEYS[1], 0, count - 1)
 end
-if #popped == 0 then
+if #ready == 0 then
   if count > 0 then
     stand_ready(0)
   end
   remember()
   return reply
 end
-local emptied = #popped < 2 * count
-local put_back = false
--- Wake tokens for the jobs put back, best effort (pcall: a wrong-typed wake key must not fail
--- the call after ZPOPMIN), as many as jobs and at most 64, as the other scripts push them.
+local emptied = #ready < count
+local left_waiting = false
+-- Wake tokens for the ready jobs left in pending, best effort (pcall: a wrong-typed wake key must
+-- not fail the call half-way), as many as jobs and at most 64, as the other scripts push them.
 local function announce(n)
   local tokens = {}
   for i = 1, math.min(n, 64) do
@@ -206,22 +214,19 @@ local function announce(n)
   end
 end
 if suspects then
-  -- Keep the jobs before the first suspect, or the suspect alone when it comes first; the rest
-  -- go back to pending as they were.
-  for i = 1, #popped, 2 do
-    if redis.call('SISMEMBER', KEYS[6], popped[i]) == 1 then
+  -- Take the jobs before the first suspect, or the suspect alone when it comes first; the rest
+  -- stay in pending.
+  for i = 1, #ready do
+    if redis.call('SISMEMBER', KEYS[6], ready[i]) == 1 then
       local keep = i - 1
       if i == 1 and taken_over == 0 then -- (beside a job taken over, it waits for the next claim)
-        keep = 2
+        keep = 1
         reply[1] = 'solo'
       end
-      for j = keep + 1, #popped, 2 do
-        redis.call('ZADD', KEYS[1], popped[j + 1], popped[j])
-      end
-      announce((#popped - keep) / 2)
-      put_back = true
-      for j = #popped, keep + 1, -1 do
-        popped[j] = nil
+      announce(#ready - keep)
+      left_waiting = true
+      for j = #ready, keep + 1, -1 do
+        ready[j] = nil
       end
       break
     end
@@ -229,8 +234,8 @@ if suspects then
 end
 now = now or now_ms()
 local deadline = now + lease
-for i = 1, #popped, 2 do
-  local id = popped[i]
+for i = 1, #ready do
+  local id = ready[i]
   local row = p .. 'job:' .. id
   -- A row that cannot become a job goes to dead with its reason, read without raising: a key
   -- that is not a hash, no payload, a payload over MAX_PAYLOAD_BYTES (never read), or an
@@ -294,15 +299,19 @@ if leased > 0 then
     end
   end
 end
+-- Last of all, every job taken (leased, dead-lettered or dropped) leaves pending, by name.
+for first = 1, #ready, 500 do
+  redis.call('ZREM', KEYS[1], unpack(ready, first, math.min(first + 499, #ready)))
+end
 if reply[1] == 'solo' and leased == 0 then
   reply[1] = 'ok' -- the suspect was a phantom: nothing runs alone
 end
 -- The limit bound this claim (it leased all the count it allowed): say so with the jobs.
-if cut and #popped == 2 * count and reply[1] == 'ok' then
+if cut and #ready == count and reply[1] == 'ok' then
   table.insert(reply, 3, cut[2])
   table.insert(reply, 3, cut[1])
   reply[1] = 'limited'
-elseif emptied and not put_back and reply[1] == 'ok' then
+elseif emptied and not left_waiting and reply[1] == 'ok' then
   stand_ready(leased)
 end
 return reply

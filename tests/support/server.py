@@ -15,6 +15,7 @@ import redis
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 START_DEADLINE_S = 10.0
+MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 
 
 def free_port() -> int:
@@ -123,6 +124,44 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _incr_aof(directory: Path) -> Path:
+    (incr,) = (directory / "appendonlydir").glob("*.incr.aof")
+    return incr
+
+
+def _command_ends(data: bytes, at: int) -> list[int]:
+    """The offset just past each whole RESP command (`*argc`, then `$len` bulks) from `at`."""
+    ends = []
+    while at < len(data):
+        line_end = data.index(b"\r\n", at)
+        argc, at = int(data[at + 1 : line_end]), line_end + 2
+        for _ in range(argc):
+            line_end = data.index(b"\r\n", at)
+            at = line_end + 2 + int(data[at + 1 : line_end]) + 2
+        ends.append(at)
+    return ends
+
+
+def last_transaction_commands(directory: Path) -> int:
+    """How many commands the AOF's last MULTI/EXEC block holds after its MULTI (EXEC included);
+    the server in `directory` must be stopped."""
+    data = _incr_aof(directory).read_bytes()
+    return len(_command_ends(data, data.rindex(MULTI) + len(MULTI)))
+
+
+def tear_last_transaction(directory: Path, keep: int) -> None:
+    """Cut the AOF as a SIGKILL during its write can (a torn write): the last MULTI/EXEC block
+    keeps its MULTI and `keep` whole commands, and ends half-way into the next one. The server in
+    `directory` must be stopped; its next start drops the torn command (aof-load-truncated)."""
+    incr = _incr_aof(directory)
+    data = incr.read_bytes()
+    start = data.rindex(MULTI) + len(MULTI)
+    ends = [start, *_command_ends(data, start)]
+    if not 0 <= keep < len(ends) - 1:
+        raise ValueError(f"the last transaction has {len(ends) - 1} commands; cannot keep {keep}")
+    incr.write_bytes(data[: (ends[keep] + ends[keep + 1]) // 2])
 
 
 def pid_alive(pid: int) -> bool:
