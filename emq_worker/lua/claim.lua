@@ -21,8 +21,8 @@
 --
 -- Reply: a flat array {status, phantoms, id1, payload1, attempts1, id2, ...}
 --   status   = 'ok'; 'offered': ok, and an offer now stands (below); 'paused' when meta.paused
---              is set (nothing is taken from pending); 'limited'; or 'solo': the one job listed is a suspect
---              and must run alone (below)
+--              is set (nothing is taken from pending); 'limited'; or 'solo': the one job listed
+--              is a suspect and must run alone (below)
 --   phantoms = pending members that could not become jobs: a member whose row is gone is
 --              dropped; a row without a payload goes to dead with a last_error (EchoMQ's D7),
 --              and so does one whose payload is over 16 MiB (its size is read, never the
@@ -39,13 +39,14 @@
 -- when a cut count is leased in full, the reply is 'limited' so the caller holds back at once.
 -- Neither limit is read when meta has neither field: the fast path costs one HMGET.
 -- Suspects: a job the reaper returned to pending twice, or before its last attempt (its holders
--- died or froze while running it), may be what killed their process. A claim leases at most one suspect, and only alone: when the first
--- ready job is a suspect it is leased by itself, with status 'solo' (the worker runs nothing
--- else beside it); when a later ready job is, the claim stops before it. The ready jobs not
--- leased stay in pending as they are (mint order is kept), with one wake token each on
--- p.."wake" (this worker may not take them now; another may). A 'solo' reply never says
--- 'limited' (the worker claims nothing while the suspect runs; its next claim learns any limit
--- afresh). Suspects are looked up only while SCARD suspects > 0: one call otherwise.
+-- died or froze while running it), may be what killed their process. A claim leases at most one
+-- suspect, and only alone: when the first ready job is a suspect it is leased by itself, with
+-- status 'solo' (the worker runs nothing else beside it); when a later ready job is, the claim
+-- stops before it. The ready jobs not leased stay in pending as they are (mint order is kept),
+-- with one wake token each on p.."wake" (this worker may not take them now; another may). A
+-- 'solo' reply never says 'limited' (the worker claims nothing while the suspect runs; its next
+-- claim learns any limit afresh). Suspects are looked up only while SCARD suspects > 0: one call
+-- otherwise.
 -- Events: 'claimed' per job leased, only while someone subscribes to p.."events".
 -- Each claim runs HINCRBY attempts 1 (the fencing token), sets state 'active', scores the id in
 -- active at the deadline and sets the lock subkey with PX 2 x lease_ms. The ids leased are kept
@@ -53,9 +54,10 @@
 -- after a lost reply) returns the jobs the first one leased and still holds, without checking
 -- pause again, instead of stranding them until the reaper; a job it returns that is still a
 -- suspect was leased alone, so the reply is 'solo' again.
--- Hand-off offers: a claim that empties pending (no limit set, nothing put back, not 'solo',
--- `room` slots left) and is given offer_ms > 0 leaves the offer "<offer nonce>:<lease_ms>" in KEYS[7], scored when it
--- lapses (now + offer_ms), and replies 'offered'. The worker then parks with its BLPOP on
+-- Hand-off offers: a claim that empties pending (no limit set, nothing left waiting past a
+-- suspect, not 'solo', `room` slots left) and is given offer_ms > 0 leaves the offer
+-- "<offer nonce>:<lease_ms>" in KEYS[7], scored when it lapses (now + offer_ms), and replies
+-- 'offered'. The worker then parks with its BLPOP on
 -- p.."handoff:"..<offer nonce> as well as on the wake key: enqueue.lua leases the next job
 -- straight to the newest live offer and pushes "<attempts>:<id>:<payload>" there (the offer is
 -- used up), so the job starts without a claim round trip. The worker counts a standing offer as a

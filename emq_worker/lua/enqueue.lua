@@ -91,7 +91,8 @@ local function hand_off(id, payload, did)
       lease = tonumber(lease)
       local row = p .. 'job:' .. id
       if did then
-        redis.call('HSET', row, 'state', 'active', 'attempts', '1', 'payload', payload, 'dedup', did)
+        redis.call('HSET', row, 'state', 'active', 'attempts', '1', 'payload', payload,
+          'dedup', did)
       else
         redis.call('HSET', row, 'state', 'active', 'attempts', '1', 'payload', payload)
       end
