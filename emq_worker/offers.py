@@ -18,8 +18,26 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from emq_worker.config import WorkerSettings
 from emq_worker.outcomes import ClaimedJob, ClaimResult, handed_off_job
 from emq_worker.queue import OfferTerms, Queue, new_nonce
+
+OFFER_SLACK_MS = 500
+"""An offer outlasts the park that follows its claim (at most a beat) by this much: the next
+claim withdraws it and leaves a new one, so it never lapses while the worker is parked."""
+OFFER_LEASE_SHARE = 3
+"""...but it lasts at most a third of the lease: the worker counts a job handed to it as leased
+from the moment the offer's claim was sent, so the job arrives with two thirds of its lease left
+as far as the worker knows, and the next renewal tick confirms it before its self-fence would."""
+
+
+def offer_ms(settings: WorkerSettings, park_spans_slots: bool) -> int:
+    """How long a worker's offers stand; 0 makes none: hand-offs are off, the worker exits when
+    idle (burst), or its park takes several BLPOPs (wakes.py), one of which may be cancelled
+    after it took a hand-off."""
+    if not settings.handoff or settings.burst or park_spans_slots:
+        return 0
+    return min(settings.beat_ms + OFFER_SLACK_MS, settings.lease_ms // OFFER_LEASE_SHARE)
 
 
 @dataclass(slots=True)

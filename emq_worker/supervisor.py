@@ -28,7 +28,7 @@ from emq_worker.jobgroup import JobGroup
 from emq_worker.lease import LeaseBook, SlotSignal
 from emq_worker.log import get_logger
 from emq_worker.metrics import Counters
-from emq_worker.offers import Offers
+from emq_worker.offers import Offers, offer_ms
 from emq_worker.queue import Queue
 from emq_worker.queue_health import BACKOFF_CAP_S as BACKOFF_CAP_S
 from emq_worker.queue_health import backoff_s
@@ -40,13 +40,6 @@ from emq_worker.serverchecks import RETRYABLE, describe, fatal
 from emq_worker.upkeep import QueueUpkeep
 from emq_worker.wakes import WakeWaiter
 
-OFFER_SLACK_MS = 500
-"""An offer outlasts the park that follows its claim (at most a beat) by this much: the next
-claim withdraws it and leaves a new one, so it never lapses while the worker is parked."""
-OFFER_LEASE_SHARE = 3
-"""...but it lasts at most a third of the lease: the worker counts a job handed to it as leased
-from the moment the offer's claim was sent, so the job arrives with two thirds of its lease left
-as far as the worker knows, and the next renewal tick confirms it before its self-fence would."""
 WITHDRAW_TIMEOUT_S = 5.0
 
 
@@ -91,20 +84,11 @@ class Supervisor:
         self._wakes = WakeWaiter(client)
         self.upkeep = QueueUpkeep(settings, reap_max_attempts, counters, clock, self.log)
         self.isolation = QueueIsolation(client, queues, clock, rng, self.log)
-        self.offers = Offers(queues, self._offer_ms())
+        spans_slots = self._wakes.spans_slots([queue.keys.wake for queue in queues])
+        self.offers = Offers(queues, offer_ms(settings, spans_slots))
         self.drainer = Drainer(
             runner, book, settings, counters, clock, self.isolation, self.status, self.offers
         )
-
-    def _offer_ms(self) -> int:
-        """How long an offer stands; 0 makes none: hand-offs are off, the worker exits when idle
-        (burst), or its park takes several BLPOPs (wakes.py), one of which may be cancelled
-        after it took a hand-off."""
-        settings = self.settings
-        wakes = [queue.keys.wake for queue in self.queues]
-        if not settings.handoff or settings.burst or self._wakes.spans_slots(wakes):
-            return 0
-        return min(settings.beat_ms + OFFER_SLACK_MS, settings.lease_ms // OFFER_LEASE_SHARE)
 
     def request_stop(self) -> None:
         """Stop claiming; the current park ends at once."""

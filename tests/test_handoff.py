@@ -354,11 +354,15 @@ async def test_hand_offs_never_take_a_worker_past_its_concurrency(
     assert worker.counters.handed_off == 2
 
 
+def two_queues(client: Redis, queue_name: str) -> tuple[Harness, Harness]:
+    return Harness.of(client, f"{queue_name}.a"), Harness.of(client, f"{queue_name}.b")
+
+
 async def test_a_worker_on_two_queues_keeps_an_offer_on_each(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
-    first, second = f"{queue_name}.a", f"{queue_name}.b"
-    a, b = Harness.of(client, first), Harness.of(client, second)
+    a, b = two_queues(client, queue_name)
+    first, second = a.queue.name, b.queue.name
     settings = worker_settings((first, second), redis_url, concurrency=2)
     producer = Producer(client)
     async with running_worker(settings, gated_app(anyio.Event(), [], [0])) as worker:
@@ -376,8 +380,8 @@ async def test_one_slot_for_two_queues_makes_no_offer_and_serves_both(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
     """An offer on one queue would hold the only slot the other queue's jobs need."""
-    first, second = f"{queue_name}.a", f"{queue_name}.b"
-    a, b = Harness.of(client, first), Harness.of(client, second)
+    a, b = two_queues(client, queue_name)
+    first, second = a.queue.name, b.queue.name
     settings = worker_settings((first, second), redis_url, concurrency=1)
     producer = Producer(client)
     async with running_worker(settings, gated_app(anyio.Event(), [], [0])) as worker:

@@ -36,9 +36,13 @@
 --- @include events
 local p = ARGV[1]
 local jobs_from = 3 + 3 * tonumber(ARGV[2])
+local now_jobs = 0 -- jobs enqueued "now": each may take an offer
 for i = jobs_from, #ARGV, 4 do
   if string.sub(ARGV[i], 1, 3) ~= 'JOB' then
     return redis.error_reply('EMQKIND job id must be JOB-namespaced: ' .. ARGV[i])
+  end
+  if ARGV[i + 2] == 'now' then
+    now_jobs = now_jobs + 1
   end
 end
 local dedup = {}
@@ -60,13 +64,7 @@ local scheduled = 0
 -- one, or when the queue is paused, limited, or has jobs waiting already).
 local offers, listen = {}, false
 local function take_offers()
-  local wanted = 0
-  for i = jobs_from, #ARGV, 4 do
-    if ARGV[i + 2] == 'now' then
-      wanted = wanted + 1
-    end
-  end
-  if wanted == 0 or redis.call('ZCARD', KEYS[4]) == 0 or redis.call('ZCARD', KEYS[1]) > 0 then
+  if now_jobs == 0 or redis.call('ZCARD', KEYS[4]) == 0 or redis.call('ZCARD', KEYS[1]) > 0 then
     return
   end
   local meta = redis.call('HMGET', KEYS[6], 'paused', 'concurrency', 'max')
@@ -75,7 +73,7 @@ local function take_offers()
   end
   now = now or now_ms()
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  offers = redis.call('ZRANGE', KEYS[4], '+inf', '(' .. now, 'BYSCORE', 'REV', 'LIMIT', 0, wanted)
+  offers = redis.call('ZRANGE', KEYS[4], '+inf', '(' .. now, 'BYSCORE', 'REV', 'LIMIT', 0, now_jobs)
   listen = #offers > 0 and listening(p)
 end
 take_offers()
