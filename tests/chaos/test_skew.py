@@ -47,10 +47,18 @@ def spawn_skewed(processes: WorkerProcesses, name: str, url: str, skew: str) -> 
     processes.directory.mkdir(parents=True, exist_ok=True)
     log_path = processes.directory / f"{name}.log"
     with log_path.open("ab") as log:
+        # A session of its own: faketime forks the daemon, and killing faketime alone would
+        # leave the daemon running after the test.
         popen = subprocess.Popen(
-            args, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+            args,
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
-    worker = WorkerProcess(name, popen, log_path)
+    worker = WorkerProcess(name, popen, log_path, own_group=True)
     processes.started.append(worker)
     return worker
 

@@ -7,6 +7,7 @@ process it started that is still alive, stopped ones included. Waits poll a file
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -93,10 +94,20 @@ class Ledger:
 class WorkerProcess:
     """One `emq-worker run` daemon; its stdout and stderr (JSON log lines) go to `log_path`."""
 
-    def __init__(self, name: str, popen: subprocess.Popen[bytes], log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        popen: subprocess.Popen[bytes],
+        log_path: Path,
+        *,
+        own_group: bool = False,
+    ) -> None:
         self.name = name
         self.popen = popen
         self.log_path = log_path
+        self.own_group = own_group
+        """The process leads a process group of its own (`start_new_session`), whose members
+        `kill` ends too: a wrapper such as Debian's `faketime` forks the daemon as its child."""
 
     @property
     def pid(self) -> int:
@@ -170,10 +181,14 @@ class WorkerProcess:
         return code
 
     def kill(self) -> None:
-        """SIGKILL (which also ends a stopped process) and reap it; a no-op once it has exited."""
+        """SIGKILL (which also ends a stopped process) and reap it; a no-op once it has exited.
+        With `own_group`, every process left in its group is killed as well."""
         if self.popen.poll() is None:
             self.popen.kill()
         self.popen.wait(timeout=KILL_WAIT_S)
+        if self.own_group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
 
 
 class WorkerProcesses:
