@@ -22,10 +22,10 @@ from pathlib import Path
 
 import anyio
 
-from emq_worker.connection import connect
-from emq_worker.keys import QueueKeys, hash_slot
-from emq_worker.producer import JobSpec, Producer
-from emq_worker.protocol import DEFAULT_WIRE_VERSION
+from emq_worker.jobs.producer import JobSpec, Producer
+from emq_worker.protocol.keys import QueueKeys, hash_slot
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.server.connection import connect
 from tests.support.cluster import ClusterOfServers
 from tests.support.server import RedisServer
 

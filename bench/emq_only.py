@@ -21,7 +21,7 @@ from bench.procs import BenchError, Proc
 from bench.scenarios import READY_TIMEOUT_S, drain_timeout
 from bench.server import delta
 from emq_worker import JobSpec, Producer
-from emq_worker.scripts import Scripts
+from emq_worker.protocol.scripts import Scripts
 
 SLOWLOG_DEFAULT_US = 10_000
 SLOWLOG_LEN = 100_000

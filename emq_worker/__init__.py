@@ -1,10 +1,10 @@
 """emq-worker: an asyncio worker daemon for EchoMQ queues on Valkey/Redis."""
 
-from emq_worker.config import WorkerSettings
-from emq_worker.context import JobContext
-from emq_worker.producer import Enqueued, JobSpec, Producer, sync_producer
-from emq_worker.tasks import App
-from emq_worker.worker import Worker
+from emq_worker.beat.config import WorkerSettings
+from emq_worker.beat.worker import Worker
+from emq_worker.jobs.context import JobContext
+from emq_worker.jobs.producer import Enqueued, JobSpec, Producer, sync_producer
+from emq_worker.jobs.tasks import App
 
 __all__ = [
     "App",

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from emq_worker.connection import connect
-from emq_worker.protocol import DEFAULT_WIRE_VERSION
-from emq_worker.scripts import Scripts
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.connection import connect
 from tests.support.server import RedisServer
 
 _counter = itertools.count()

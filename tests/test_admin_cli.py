@@ -15,13 +15,13 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
-from emq_worker.cli import main
-from emq_worker.connection import connect
-from emq_worker.outcomes import ClaimedJob
-from emq_worker.producer import Producer
-from emq_worker.protocol import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.queue import HeldLease, Queue
-from emq_worker.scripts import Scripts
+from emq_worker.cli.main import main
+from emq_worker.jobs.producer import Producer
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
+from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.replies import ClaimedJob
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.connection import connect
 from tests.support.server import RedisServer
 
 T = TypeVar("T")

@@ -8,8 +8,8 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from emq_worker import ids
-from emq_worker.cli import main
+from emq_worker.cli.main import main
+from emq_worker.protocol import ids
 
 PUBLIC_RUN_FLAGS = [
     "--queue",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emq_worker.cli import main
+from emq_worker.cli.main import main
 from tests.support.processes import EMQ_WORKER
 
 APP = "tests.apps.ledger:app"

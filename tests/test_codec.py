@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from emq_worker import codec
 from emq_worker.errors import PayloadError
+from emq_worker.jobs import codec
 
 
 @pytest.fixture(params=["orjson", "stdlib"])

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from emq_worker.config import WorkerSettings
+from emq_worker.beat.config import WorkerSettings
 from emq_worker.errors import ConfigError
 
 

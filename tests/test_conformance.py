@@ -13,14 +13,20 @@ from collections.abc import Awaitable, Callable
 import pytest
 from redis.asyncio import Redis
 
-from emq_worker.connection import connect
 from emq_worker.errors import JobIdError, KindError, LockedError, StateError
-from emq_worker.keys import VERSION_KEY
-from emq_worker.outcomes import ClaimedJob, LostLease, ReapResult, SettleResult, SettleStatus
-from emq_worker.producer import Producer
-from emq_worker.protocol import DEFAULT_WIRE_VERSION, JobId, Token
-from emq_worker.queue import Counts, HeldLease, NewJob
+from emq_worker.jobs.producer import Producer
+from emq_worker.protocol.keys import VERSION_KEY
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId, Token
+from emq_worker.protocol.queue import Counts, HeldLease, NewJob
+from emq_worker.protocol.replies import (
+    ClaimedJob,
+    LostLease,
+    ReapResult,
+    SettleResult,
+    SettleStatus,
+)
 from emq_worker.retry import Exponential, delay_ms
+from emq_worker.server.connection import connect
 from tests.support.conformance import (
     LEASE_MS,
     RECEIPT_MS,

@@ -25,10 +25,10 @@ from redis.asyncio import Redis
 from emq_worker import App, JobContext
 from emq_worker.dashboard.app import create_app
 from emq_worker.dashboard.settings import DashboardSettings
-from emq_worker.producer import Producer
-from emq_worker.protocol import JobId
-from emq_worker.queue import HeldLease, Queue
-from emq_worker.scripts import Scripts
+from emq_worker.jobs.producer import Producer
+from emq_worker.protocol.names import JobId
+from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.scripts import Scripts
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually, until
 

@@ -24,17 +24,17 @@ from click.testing import CliRunner
 from redis.asyncio import Redis
 from ruamel.yaml import YAML
 
-from emq_worker.cli import main
-from emq_worker.connection import connect
+from emq_worker.cli.main import main
 from emq_worker.dashboard.app import create_app
 from emq_worker.dashboard.settings import Bind, DashboardSettings, parse_bind
 from emq_worker.dashboard.timeline import LeaseTracker
 from emq_worker.errors import ConfigError
-from emq_worker.outcomes import ClaimedJob, text
-from emq_worker.producer import Producer
-from emq_worker.protocol import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.queue import HeldLease, Queue
-from emq_worker.scripts import Scripts
+from emq_worker.jobs.producer import Producer
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
+from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.replies import ClaimedJob, text
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.connection import connect
 from tests.support.processes import EMQ_WORKER
 from tests.support.wait import eventually
 
@@ -605,7 +605,7 @@ def test_the_command_without_the_extra_says_which_to_install(
 
 
 def test_the_worker_command_does_not_import_starlette() -> None:
-    probe = "import sys, emq_worker.cli; print('starlette' in sys.modules)"
+    probe = "import sys, emq_worker.cli.main; print('starlette' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer
 from emq_worker.errors import ConfigError
-from emq_worker.producer import JobSpec
+from emq_worker.jobs.producer import JobSpec
 from tests.support.conformance import RECEIPT_MS, Harness, held
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually

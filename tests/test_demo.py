@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emq_worker.cli import main
+from emq_worker.cli.main import main
 
-DEMO = [sys.executable, "-c", "from emq_worker.cli import main; main()", "demo"]
+DEMO = [sys.executable, "-c", "from emq_worker.cli.main import main; main()", "demo"]
 
 
 def verdicts(output: str) -> list[str]:

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from emq_worker import cli
-from emq_worker.config import WorkerSettings
-from emq_worker.tasks import load_app
-from emq_worker.worker import RELEASE_TIMEOUT_S
+from emq_worker.beat.config import WorkerSettings
+from emq_worker.beat.worker import RELEASE_TIMEOUT_S
+from emq_worker.cli import main
+from emq_worker.jobs.tasks import load_app
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -97,7 +97,7 @@ def compose() -> dict[str, Any]:
 def emq_variables() -> set[str]:
     """Every EMQ_* variable some `emq-worker` command reads."""
     names: set[str] = set()
-    for command in cli.main.commands.values():
+    for command in main.main.commands.values():
         for param in command.params:
             if isinstance(param.envvar, str):
                 names.add(param.envvar)
@@ -112,7 +112,7 @@ def parse_run(args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPa
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    command = cli.main.commands["run"]
+    command = main.main.commands["run"]
     with command.make_context("run", list(args)) as ctx:
         return ctx.params
 
@@ -224,7 +224,7 @@ def test_compose_services_parse_and_stop_after_the_longest_graceful_stop(
 
     producer = services["producer"]
     assert set(producer["environment"]) <= emq_variables()
-    enqueue = cli.main.commands["enqueue"]
+    enqueue = main.main.commands["enqueue"]
     with enqueue.make_context("enqueue", list(producer["command"][1:])) as ctx:
         assert ctx.params["queue"] == "orders"
         assert isinstance(ctx.params["kwargs"], dict)  # parsed and checked as a JSON object

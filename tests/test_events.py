@@ -1,5 +1,5 @@
 """Lifecycle events on `emq:{q}:events`: published by the scripts only while someone listens, in
-one JSON shape, read through `emq_worker.events` and `emq-worker events`."""
+one JSON shape, read through `emq_worker.jobs.events` and `emq-worker events`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import anyio
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer
-from emq_worker.events import Event, EventStream, channel, open_events, parse_event, subscribe
-from emq_worker.queue import Failure, HeldLease, Queue
-from emq_worker.scripts import Scripts
+from emq_worker.jobs.events import Event, EventStream, channel, open_events, parse_event, subscribe
+from emq_worker.protocol.queue import Failure, HeldLease, Queue
+from emq_worker.protocol.scripts import Scripts
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
 

@@ -17,9 +17,9 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker import JobSpec, Producer
-from emq_worker.keys import VERSION_KEY
-from emq_worker.protocol import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.queue import Counts, Queue
+from emq_worker.protocol.keys import VERSION_KEY
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
+from emq_worker.protocol.queue import Counts, Queue
 from tests.support.processes import WorkerProcesses
 from tests.support.server import RedisServer
 from tests.support.wait import eventually

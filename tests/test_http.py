@@ -14,13 +14,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer, Worker, WorkerSettings
-from emq_worker.cli import main
+from emq_worker.beat.supervisor import BACKOFF_CAP_S
+from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
-from emq_worker.exposition import DURATION_LE, BeatNotifier
-from emq_worker.http import BEATS_FRESH, beat_stale, fetch
-from emq_worker.metrics import DURATION_BUCKETS, Durations
-from emq_worker.sdnotify import Notifier
-from emq_worker.supervisor import BACKOFF_CAP_S
+from emq_worker.observe.exposition import DURATION_LE, BeatNotifier
+from emq_worker.observe.http import BEATS_FRESH, beat_stale, fetch
+from emq_worker.observe.metrics import DURATION_BUCKETS, Durations
+from emq_worker.observe.sdnotify import Notifier
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
 

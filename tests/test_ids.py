@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from emq_worker import ids
 from emq_worker.errors import ConfigError, JobIdError
+from emq_worker.protocol import ids
 
 
 def test_echomq_vectors() -> None:

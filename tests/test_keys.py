@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emq_worker.errors import QueueNameError
-from emq_worker.keys import VERSION_KEY, QueueKeys, hash_slot, validate_queue_name
+from emq_worker.protocol.keys import VERSION_KEY, QueueKeys, hash_slot, validate_queue_name
 
 
 def test_every_key_of_a_queue_shares_its_hash_tag_and_slot() -> None:

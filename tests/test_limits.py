@@ -14,14 +14,14 @@ import redis
 from click.testing import CliRunner, Result
 from redis.asyncio import Redis
 
-from emq_worker import events
-from emq_worker.cli import main
+from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
-from emq_worker.limits import LIMITER, Limits, Rate, parse_rate, read_limits, set_limits
-from emq_worker.outcomes import Limited
-from emq_worker.producer import JobSpec, Producer
-from emq_worker.queue import HeldLease, Queue
-from emq_worker.scripts import Scripts
+from emq_worker.jobs import events
+from emq_worker.jobs.producer import JobSpec, Producer
+from emq_worker.protocol.limits import LIMITER, Limits, Rate, parse_rate, read_limits, set_limits
+from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.replies import Limited
+from emq_worker.protocol.scripts import Scripts
 from tests.support.processes import Ledger, WorkerProcesses
 from tests.support.wait import eventually
 
@@ -263,8 +263,8 @@ def test_limit_sets_shows_and_clears(redis_url: str, queue_name: str) -> None:
     assert "concurrency none; rate none" in cleared.output
 
     async def read() -> Limits:
-        from emq_worker.connection import connect
-        from emq_worker.protocol import DEFAULT_WIRE_VERSION
+        from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+        from emq_worker.server.connection import connect
 
         async_client = connect(redis_url, DEFAULT_WIRE_VERSION)
         try:

@@ -16,10 +16,10 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from emq_worker import App, JobContext, Producer
-from emq_worker.cli import main
+from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError, FencedError
-from emq_worker.jobwrites import append_log, read_log, report_progress
-from emq_worker.outcomes import ClaimedJob
+from emq_worker.jobs.writes import append_log, read_log, report_progress
+from emq_worker.protocol.replies import ClaimedJob
 from tests.support.conformance import RECEIPT_MS, Harness, held
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually

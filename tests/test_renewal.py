@@ -10,9 +10,9 @@ import anyio
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
-from emq_worker.keys import QueueKeys
-from emq_worker.queue import RENEW_CHUNK, HeldLease
-from emq_worker.scripts import Scripts
+from emq_worker.protocol.keys import QueueKeys
+from emq_worker.protocol.queue import RENEW_CHUNK, HeldLease
+from emq_worker.protocol.scripts import Scripts
 from tests.support.apps import cancellable_app
 from tests.support.running import running_worker, worker_settings
 from tests.support.server import RedisServer

@@ -15,15 +15,10 @@ from click.testing import CliRunner, Result
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer
-from emq_worker.cli import main
-from emq_worker.connection import connect
+from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
-from emq_worker.ids import SnowflakeMinter
-from emq_worker.outcomes import text
-from emq_worker.producer import sync_producer
-from emq_worker.protocol import DEFAULT_WIRE_VERSION
-from emq_worker.queue import Queue
-from emq_worker.repeat import (
+from emq_worker.jobs.producer import sync_producer
+from emq_worker.jobs.repeat import (
     RepeatFirer,
     Schedule,
     get_repeat,
@@ -33,7 +28,12 @@ from emq_worker.repeat import (
     resume_repeat,
     validate_repeat_name,
 )
-from emq_worker.scripts import Scripts
+from emq_worker.protocol.ids import SnowflakeMinter
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.replies import text
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.connection import connect
 from tests.support.processes import WorkerProcesses
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually

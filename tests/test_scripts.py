@@ -8,7 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker.errors import ScriptError
-from emq_worker.scripts import KEY_COUNTS, Scripts, build, declared_key_count, read_source
+from emq_worker.protocol.scripts import KEY_COUNTS, Scripts, build, declared_key_count, read_source
 
 
 @pytest.mark.parametrize("verb", sorted(KEY_COUNTS))

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from emq_worker import App, JobContext, Producer
-from emq_worker.sdnotify import Notifier, socket_address, watchdog_interval_s
+from emq_worker.observe.sdnotify import Notifier, socket_address, watchdog_interval_s
 from tests.support.processes import EMQ_WORKER, KILL_WAIT_S, REPO_ROOT
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually

@@ -13,12 +13,12 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from emq_worker import App, JobContext, Producer
-from emq_worker.admin import cancel_job
+from emq_worker.admin.verbs import cancel_job
+from emq_worker.beat.runner import CANCELLED
 from emq_worker.errors import ScriptError
-from emq_worker.outcomes import claim_result
-from emq_worker.protocol import JobId
-from emq_worker.queue import Queue
-from emq_worker.runner import CANCELLED
+from emq_worker.protocol.names import JobId
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.replies import claim_result
 from tests.support.conformance import LEASE_MS, RECEIPT_MS, Harness, held, lapse
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually

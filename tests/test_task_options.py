@@ -10,11 +10,12 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from emq_worker import App, JobContext, Producer, codec
+from emq_worker import App, JobContext, Producer
 from emq_worker.errors import ConfigError, PayloadError
-from emq_worker.options import JobOptions
-from emq_worker.producer import JobSpec
-from emq_worker.protocol import JobId
+from emq_worker.jobs import codec
+from emq_worker.jobs.options import JobOptions
+from emq_worker.jobs.producer import JobSpec
+from emq_worker.protocol.names import JobId
 from emq_worker.retry import Exponential, Fixed, Jitter
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually

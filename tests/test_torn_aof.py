@@ -20,11 +20,11 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from emq_worker.connection import connect
-from emq_worker.outcomes import ClaimedJob
-from emq_worker.protocol import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.queue import Completion, HeldLease, NewJob, Queue
-from emq_worker.scripts import Scripts
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
+from emq_worker.protocol.queue import Completion, HeldLease, NewJob, Queue
+from emq_worker.protocol.replies import ClaimedJob
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.connection import connect
 from tests.support.server import RedisServer, last_transaction_commands, tear_last_transaction
 
 pytestmark = pytest.mark.slow

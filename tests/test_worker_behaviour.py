@@ -13,13 +13,14 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings, admin, admin_dead
-from emq_worker.keys import QueueKeys
-from emq_worker.outcomes import SettleStatus
-from emq_worker.queue import HeldLease
-from emq_worker.registry import live_workers
+from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
+from emq_worker.admin import dead, verbs
+from emq_worker.beat.presence import live_workers
+from emq_worker.protocol.keys import QueueKeys
+from emq_worker.protocol.queue import HeldLease
+from emq_worker.protocol.replies import SettleStatus
+from emq_worker.protocol.scripts import Scripts
 from emq_worker.retry import Backoff, Exponential, Fixed
-from emq_worker.scripts import Scripts
 from tests.support.apps import cancellable_app
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually, until
@@ -344,7 +345,7 @@ async def test_a_dead_job_retried_by_an_operator_backs_off_as_on_its_first_attem
         job = (await producer.enqueue(queue_name, "flaky")).job_id
         await until(lambda: worker.counters.dead_lettered == 1, what="two attempts, then dead")
         before = await server_ms(client)
-        assert (await admin_dead.retry_dead(queue, [job])).done == 1
+        assert (await dead.retry_dead(queue, [job])).done == 1
         await until(lambda: worker.counters.retried == 2, what="the retried job's failure")
         after = await server_ms(client)
         score = await client.zscore(keys.schedule, job)
@@ -533,7 +534,7 @@ async def test_an_operator_cancels_a_running_job_through_the_renewal_sweep(
     options = settings(queue_name, redis_url, lease_ms=900, renew_every_ms=100)
     async with running_worker(options, app) as worker:
         await until(lambda: events == ["started"], what="the job running")
-        await admin.cancel_job(queue, job)
+        await verbs.cancel_job(queue, job)
         await until(lambda: worker.counters.dead_lettered == 1, what="the job settled dead")
     assert events == ["started", "cancelled"]
     row = await queue.get_job(job)

@@ -25,8 +25,8 @@ from bench.runners.common import (
     paced,
 )
 from emq_worker import JobSpec, Producer, Worker, WorkerSettings
-from emq_worker.daemon import tune_runtime
-from emq_worker.log import configure
+from emq_worker.beat.daemon import tune_runtime
+from emq_worker.observe.log import configure
 
 COMPLETION_POLL_S = 0.0005
 

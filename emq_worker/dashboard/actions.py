@@ -10,13 +10,14 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from emq_worker import admin, admin_dead, ids
+from emq_worker.admin import dead, verbs
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.runtime import dashboard, flash, render
 from emq_worker.dashboard.security import CSRF_FIELD, cross_origin
 from emq_worker.dashboard.views import job_param, open_queue
 from emq_worker.errors import ConfigError
-from emq_worker.protocol import JobId
+from emq_worker.protocol import ids
+from emq_worker.protocol.names import JobId
 
 Action = Callable[[Request, FormData], Awaitable[Response]]
 
@@ -58,28 +59,28 @@ def chosen_ids(form: FormData) -> list[JobId] | None:
     return named
 
 
-def summary(verb: str, queue: str, result: admin_dead.BulkResult) -> str:
+def summary(verb: str, queue: str, result: dead.BulkResult) -> str:
     skipped = "".join(f"; skipped {job_id}: {why}" for job_id, why in result.skipped[:5])
     return f"{verb} {result.done} dead job(s) in queue {queue!r}{skipped}"
 
 
 async def _pause(request: Request, form: FormData) -> Response:
     queue = await open_queue(request)
-    was = await admin.set_paused(queue, True)
+    was = await verbs.set_paused(queue, True)
     done = "was already paused" if was else "paused: workers stop claiming at their next claim"
     return back(f"/queues/{queue.name}", f"queue {queue.name!r} {done}")
 
 
 async def _resume(request: Request, form: FormData) -> Response:
     queue = await open_queue(request)
-    was = await admin.set_paused(queue, False)
+    was = await verbs.set_paused(queue, False)
     done = "resumed" if was else "was not paused"
     return back(f"/queues/{queue.name}", f"queue {queue.name!r} {done}")
 
 
 async def _retry(request: Request, form: FormData) -> Response:
     queue = await open_queue(request)
-    result = await admin_dead.retry_dead(queue, chosen_ids(form))
+    result = await dead.retry_dead(queue, chosen_ids(form))
     return back(f"/queues/{queue.name}/dead", summary("retried", queue.name, result))
 
 
@@ -89,14 +90,14 @@ async def _purge(request: Request, form: FormData) -> Response:
     if form.get("confirmed") != "yes":
         todo = (await queue.counts()).dead if chosen is None else len(chosen)
         return render(request, "confirm.html", queue=queue.name, chosen=chosen, todo=todo)
-    result = await admin_dead.purge_dead(queue, chosen)
+    result = await dead.purge_dead(queue, chosen)
     return back(f"/queues/{queue.name}/dead", summary("purged", queue.name, result))
 
 
 async def _cancel(request: Request, form: FormData) -> Response:
     queue = await open_queue(request)
     job_id = job_param(request)
-    await admin.cancel_job(queue, job_id)
+    await verbs.cancel_job(queue, job_id)
     message = f"cancel requested for {job_id}: its worker stops it within one renewal tick"
     return back(f"/queues/{queue.name}/jobs/{job_id}", message)
 

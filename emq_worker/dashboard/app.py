@@ -16,8 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ExceptionHandler
 
-from emq_worker import admin
-from emq_worker.connection import connect, redacted
+from emq_worker.admin import verbs
 from emq_worker.dashboard import actions, views
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.runtime import Dashboard, dashboard, render, templates
@@ -30,7 +29,8 @@ from emq_worker.dashboard.security import (
 )
 from emq_worker.dashboard.settings import DashboardSettings
 from emq_worker.errors import ConfigError, EmqError, JobIdError
-from emq_worker.scripts import Scripts
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.connection import connect, redacted
 
 STATIC = Path(__file__).parent / "static"
 
@@ -83,9 +83,9 @@ def error_page(status: int) -> ExceptionHandler:
 ERRORS: dict[type[Exception], int] = {
     ConfigError: 400,  # a malformed queue name, limit or form
     JobIdError: 400,
-    admin.UnknownQueueError: 404,
-    admin.UnknownJobError: 404,
-    admin.AdminError: 409,  # held by a worker, not running, ...
+    verbs.UnknownQueueError: 404,
+    verbs.UnknownJobError: 404,
+    verbs.AdminError: 409,  # held by a worker, not running, ...
     RedisError: 503,
 }
 

@@ -7,11 +7,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from emq_worker import admin, admin_dead
-from emq_worker.outcomes import text
-from emq_worker.protocol import JobId
-from emq_worker.queue import Counts, Queue
-from emq_worker.scripts import Scripts
+from emq_worker.admin import dead, verbs
+from emq_worker.protocol.names import JobId
+from emq_worker.protocol.queue import Counts, Queue
+from emq_worker.protocol.replies import text
+from emq_worker.protocol.scripts import Scripts
 
 LOG_LINES_SHOWN = 200
 """The newest lines of a job's log a page shows."""
@@ -21,7 +21,7 @@ ROW_FIELDS_APART = ("progress", "last_error")
 
 @dataclass(frozen=True, slots=True)
 class Overview:
-    queues: list[admin.QueueStats]
+    queues: list[verbs.QueueStats]
     complete: bool
     """False when discovery stopped at its SCAN budget: there may be more queues."""
 
@@ -30,13 +30,13 @@ class Overview:
 
 
 async def overview(client: Redis, scripts: Scripts) -> Overview:
-    rows, found = await admin.stats(client, scripts, ())
+    rows, found = await verbs.stats(client, scripts, ())
     return Overview(rows, found is None or found.complete)
 
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    inspection: admin.Inspection
+    inspection: verbs.Inspection
     progress: str | None
     progress_percent: float | None
     last_error: str | None
@@ -57,14 +57,14 @@ class JobView:
 
 
 async def job_view(queue: Queue, job_id: JobId) -> JobView:
-    job = await admin.inspect_job(queue, job_id)
+    job = await verbs.inspect_job(queue, job_id)
     logs_key = queue.keys.logs(job_id)
     if await queue.client.type(logs_key) in (b"list", "list"):
         lines = await queue.client.llen(logs_key)
         logs = [_line(v) for v in await queue.client.lrange(logs_key, -LOG_LINES_SHOWN, -1)]
     else:
         lines, logs = 0, []
-    shown = job.payload[: admin.PAYLOAD_SHOWN]
+    shown = job.payload[: verbs.PAYLOAD_SHOWN]
     return JobView(
         inspection=job,
         progress=job.row.get("progress"),
@@ -96,9 +96,9 @@ def _line(value: bytes | str) -> str:
 class DeadView:
     counts: Counts
     paused: bool
-    jobs: list[admin_dead.DeadJob]
+    jobs: list[dead.DeadJob]
 
 
 async def dead_view(queue: Queue, limit: int) -> DeadView:
-    stats = await admin.queue_stats(queue)
-    return DeadView(stats.counts, stats.paused, await admin_dead.list_dead(queue, limit))
+    stats = await verbs.queue_stats(queue)
+    return DeadView(stats.counts, stats.paused, await dead.list_dead(queue, limit))

@@ -11,11 +11,11 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from emq_worker import admin
+from emq_worker.admin import verbs
 from emq_worker.dashboard.security import CSRF_FIELD, Guard, set_csrf_cookie
 from emq_worker.dashboard.settings import DashboardSettings
 from emq_worker.dashboard.timeline import LeaseTracker
-from emq_worker.scripts import Scripts
+from emq_worker.protocol.scripts import Scripts
 
 FLASH_COOKIE = "emq_flash"
 FLASH_SHOWN = 300
@@ -73,7 +73,7 @@ def templates() -> jinja2.Environment:
     )
     env.filters["when"] = when
     env.filters["relative"] = relative
-    env.globals["count_fields"] = admin.COUNT_FIELDS
+    env.globals["count_fields"] = verbs.COUNT_FIELDS
     return env
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from emq_worker.connection import validate_url
 from emq_worker.errors import ConfigError
-from emq_worker.protocol import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.server.connection import validate_url
 
 LOOPBACK_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080

@@ -22,9 +22,9 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
-from emq_worker.keys import QueueKeys
-from emq_worker.outcomes import text
-from emq_worker.servertime import queue_time, to_ms
+from emq_worker.protocol.keys import QueueKeys
+from emq_worker.protocol.replies import text
+from emq_worker.protocol.servertime import queue_time, to_ms
 
 LEASES_SHOWN = 200
 """Leases a sample reads: the earliest deadlines, which are the ones about to lapse."""

@@ -5,14 +5,15 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from emq_worker import admin, ids
+from emq_worker.admin import verbs
 from emq_worker.dashboard import reads
 from emq_worker.dashboard.layout import lanes
 from emq_worker.dashboard.runtime import dashboard, render
 from emq_worker.errors import ConfigError
-from emq_worker.keys import validate_queue_name
-from emq_worker.protocol import JobId
-from emq_worker.queue import Queue
+from emq_worker.protocol import ids
+from emq_worker.protocol.keys import validate_queue_name
+from emq_worker.protocol.names import JobId
+from emq_worker.protocol.queue import Queue
 
 DEAD_LIMIT_DEFAULT = 100
 DEAD_LIMIT_MAX = 1000
@@ -29,7 +30,7 @@ def job_param(request: Request) -> JobId:
 async def open_queue(request: Request) -> Queue:
     """The queue named in the path: QueueNameError (400) or UnknownQueueError (404)."""
     dash = dashboard(request)
-    return await admin.open_queue(dash.redis, dash.scripts, queue_param(request))
+    return await verbs.open_queue(dash.redis, dash.scripts, queue_param(request))
 
 
 async def index(request: Request) -> Response:
@@ -49,14 +50,14 @@ async def queues_json(request: Request) -> Response:
 
 async def queue_page(request: Request) -> Response:
     queue = await open_queue(request)
-    stats = await admin.queue_stats(queue)
+    stats = await verbs.queue_stats(queue)
     timeline = await dashboard(request).leases.sample(queue.name)
     return render(request, "queue.html", queue=queue.name, stats=stats, lanes=lanes(timeline))
 
 
 async def queue_fragment(request: Request) -> Response:
     queue = await open_queue(request)
-    stats = await admin.queue_stats(queue)
+    stats = await verbs.queue_stats(queue)
     timeline = await dashboard(request).leases.sample(queue.name)
     return render(request, "_queue.html", queue=queue.name, stats=stats, lanes=lanes(timeline))
 

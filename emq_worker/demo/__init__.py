@@ -9,7 +9,7 @@ freezes), and prints what happened to one job per story, as measured: the worker
 `demo_app` is the handlers' App: `emq-worker run --app emq_worker.demo.app:demo_app`.
 """
 
+from emq_worker.cli.demo import demo
 from emq_worker.demo.app import demo_app
-from emq_worker.demo.command import demo
 
 __all__ = ["demo", "demo_app"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import anyio
 
-from emq_worker.context import JobContext
-from emq_worker.tasks import App
+from emq_worker.jobs.context import JobContext
+from emq_worker.jobs.tasks import App
 
 demo_app = App()
 

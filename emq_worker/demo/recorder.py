@@ -15,7 +15,7 @@ import structlog
 from redis.asyncio import Redis
 
 from emq_worker.demo.timing import POLL_S, STORY_TIMEOUT_S
-from emq_worker.keys import QueueKeys
+from emq_worker.protocol.keys import QueueKeys
 
 
 @dataclass(slots=True)

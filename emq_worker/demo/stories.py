@@ -21,8 +21,8 @@ from emq_worker.demo.timing import (
     STORY_TIMEOUT_S,
 )
 from emq_worker.demo.workers import in_process, settings, subprocess_worker
-from emq_worker.keys import QueueKeys
-from emq_worker.producer import Producer
+from emq_worker.jobs.producer import Producer
+from emq_worker.protocol.keys import QueueKeys
 
 
 @dataclass(slots=True)

@@ -17,7 +17,8 @@ from typing import Any
 import structlog
 from redis.asyncio import Redis
 
-from emq_worker.config import WorkerSettings
+from emq_worker.beat.config import WorkerSettings
+from emq_worker.beat.worker import Worker
 from emq_worker.demo.app import demo_app
 from emq_worker.demo.recorder import RECORDER
 from emq_worker.demo.server import DemoError
@@ -28,7 +29,6 @@ from emq_worker.demo.timing import (
     START_TIMEOUT_S,
     WATCHER_BEAT_MS,
 )
-from emq_worker.worker import Worker
 
 
 @dataclass(slots=True)
@@ -112,7 +112,7 @@ async def subprocess_worker(
     label: str, queue: str, url: str, client: Redis
 ) -> AsyncIterator[Subprocess]:
     """`emq-worker run --app emq_worker.demo.app:demo_app` with JSON logs on stderr."""
-    args = ["-c", "from emq_worker.cli import main; main()", "run", "--queue", queue]
+    args = ["-c", "from emq_worker.cli.main import main; main()", "run", "--queue", queue]
     args += ["--app", "emq_worker.demo.app:demo_app", "--redis-url", url, "--concurrency", "1"]
     args += ["--lease-ms", str(LEASE_MS), "--beat-ms", str(HOLDER_BEAT_MS), "--grace-ms", "500"]
     args += ["--log-format", "json", "--log-level", "debug"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from emq_worker import log
+from emq_worker.observe import log
 from tests.chaos import rows
 from tests.chaos.test_connections import KILL_CI, LOST_CI
 from tests.chaos.test_partitions import LATENCY_CI, LONG_CI, SHORT_CI

@@ -49,7 +49,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from emq_worker.keys import QueueKeys
+from emq_worker.protocol.keys import QueueKeys
 from tests.chaos.ledger import DONE, START, Event
 
 READ_CHUNK = 1000

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from redis.asyncio import Redis
 
 from emq_worker import JobSpec, Producer
-from emq_worker.keys import QueueKeys
+from emq_worker.protocol.keys import QueueKeys
 from tests.chaos.checker import Fault, Verdict, check, read_final
 from tests.chaos.ledger import read_ledger
 from tests.support.processes import REPO_ROOT, WorkerProcess, WorkerProcesses

@@ -20,15 +20,16 @@ from click.testing import CliRunner
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from emq_worker import App, JobContext, Producer, codec
-from emq_worker.cli import main
+from emq_worker import App, JobContext, Producer
+from emq_worker.cli.main import main
 from emq_worker.errors import PayloadError
-from emq_worker.ids import SnowflakeMinter
-from emq_worker.keys import QueueKeys
-from emq_worker.payload_limits import MAX_PAYLOAD_BYTES
-from emq_worker.protocol import JobId
-from emq_worker.queue import NewJob, Queue
-from emq_worker.scripts import Scripts, read_source
+from emq_worker.jobs import codec
+from emq_worker.protocol.ids import SnowflakeMinter
+from emq_worker.protocol.keys import QueueKeys
+from emq_worker.protocol.names import JobId
+from emq_worker.protocol.payload_limits import MAX_PAYLOAD_BYTES
+from emq_worker.protocol.queue import NewJob, Queue
+from emq_worker.protocol.scripts import Scripts, read_source
 from tests.chaos.faults import Fleet, enqueue, wait_drained
 from tests.chaos.rows import stage
 from tests.support.running import running_worker, worker_settings

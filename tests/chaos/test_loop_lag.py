@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from emq_worker.looplag import warn_after_ms
+from emq_worker.observe.looplag import warn_after_ms
 from tests.chaos.faults import Fleet, enqueue, judge, wait_drained
 from tests.chaos.rows import rejections, stage, stop_gracefully
 from tests.support.processes import WorkerProcess

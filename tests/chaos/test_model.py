@@ -29,12 +29,12 @@ from hypothesis.stateful import (
 )
 from redis.asyncio import Redis
 
-from emq_worker.connection import connect
-from emq_worker.ids import SnowflakeMinter
-from emq_worker.outcomes import SettleResult
-from emq_worker.protocol import DEFAULT_WIRE_VERSION, JobId, Token
-from emq_worker.queue import Completion, Failure, HeldLease, NewJob, OfferTerms, Queue
-from emq_worker.scripts import Scripts
+from emq_worker.protocol.ids import SnowflakeMinter
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId, Token
+from emq_worker.protocol.queue import Completion, Failure, HeldLease, NewJob, OfferTerms, Queue
+from emq_worker.protocol.replies import SettleResult
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.connection import connect
 
 LONG_MS = 60_000
 """Leases and retry delays: nothing lapses or falls due unless a rule says time passed."""

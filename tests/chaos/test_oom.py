@@ -15,8 +15,8 @@ import pytest
 from redis.exceptions import OutOfMemoryError
 
 from emq_worker import JobSpec, Producer
-from emq_worker.queue import Queue
-from emq_worker.scripts import Scripts
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.scripts import Scripts
 from tests.chaos.faults import Fleet, enqueue, judge, wait_drained
 from tests.chaos.ledger import START, read_ledger
 from tests.chaos.rows import stage

@@ -22,8 +22,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ReadOnlyError, ResponseError
 
 from emq_worker import JobSpec, Producer
-from emq_worker.connection import connect
-from emq_worker.protocol import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.server.connection import connect
 from tests.chaos.faults import Fleet, enqueue, judge, wait_drained
 from tests.chaos.rows import completed_count, stop_gracefully
 from tests.support.processes import WorkerProcess, WorkerProcesses

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from redis.asyncio import Redis
 
-from emq_worker.connection import connect
-from emq_worker.keys import QueueKeys, hash_slot
-from emq_worker.protocol import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.keys import QueueKeys, hash_slot
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.server.connection import connect
 from tests.support.cluster import ClusterOfServers
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from emq_worker.producer import JobSpec, Producer
-from emq_worker.protocol import JobId
+from emq_worker.jobs.producer import JobSpec, Producer
+from emq_worker.protocol.names import JobId
 from tests.support.processes import Ledger, WorkerProcess, WorkerProcesses
 from tests.support.wait import eventually
 

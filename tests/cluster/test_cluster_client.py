@@ -14,21 +14,26 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError, TryAgainError
 from redis.utils import HIREDIS_AVAILABLE
 
-from emq_worker.clock import MonotonicClock
-from emq_worker.cluster import ClusterUnavailableError, FencedCluster, is_moving, parse_cluster_url
-from emq_worker.config import WorkerSettings
-from emq_worker.connection import connect
+from emq_worker.beat.config import WorkerSettings
+from emq_worker.beat.lease import Lease, LeaseBook, SlotSignal
+from emq_worker.beat.renewal import RenewalSweep
+from emq_worker.beat.wakes import WakeWaiter
 from emq_worker.errors import ConfigError, VersionFenceError
-from emq_worker.keys import QueueKeys, hash_slot
-from emq_worker.lease import Lease, LeaseBook, SlotSignal
-from emq_worker.metrics import Counters
-from emq_worker.outcomes import ClaimedJob, LostLease, SettleStatus
-from emq_worker.producer import JobSpec, Producer
-from emq_worker.protocol import DEFAULT_WIRE_VERSION
-from emq_worker.queue import RENEW_CHUNK, HeldLease, Queue
-from emq_worker.renewal import RenewalSweep
-from emq_worker.scripts import Scripts
-from emq_worker.wakes import WakeWaiter
+from emq_worker.jobs.producer import JobSpec, Producer
+from emq_worker.observe.clock import MonotonicClock
+from emq_worker.observe.metrics import Counters
+from emq_worker.protocol.keys import QueueKeys, hash_slot
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.queue import RENEW_CHUNK, HeldLease, Queue
+from emq_worker.protocol.replies import ClaimedJob, LostLease, SettleStatus
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.cluster import (
+    ClusterUnavailableError,
+    FencedCluster,
+    is_moving,
+    parse_cluster_url,
+)
+from emq_worker.server.connection import connect
 from tests.cluster.conftest import spread_queues
 from tests.support.cluster import ClusterOfServers
 from tests.support.wait import eventually

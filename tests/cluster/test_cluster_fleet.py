@@ -11,8 +11,8 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from emq_worker.keys import QueueKeys, hash_slot
-from emq_worker.producer import Producer
+from emq_worker.jobs.producer import Producer
+from emq_worker.protocol.keys import QueueKeys, hash_slot
 from tests.cluster.conftest import spread_queues
 from tests.cluster.fleet import (
     all_done,

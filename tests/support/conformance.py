@@ -13,12 +13,12 @@ from typing import Any, Final, cast
 import anyio
 from redis.asyncio import Redis
 
-from emq_worker.ids import SnowflakeMinter, encode
-from emq_worker.keys import QueueKeys
-from emq_worker.outcomes import ClaimedJob, SettleResult
-from emq_worker.producer import Producer
-from emq_worker.protocol import JobId, Token
-from emq_worker.queue import HeldLease, Queue
+from emq_worker.jobs.producer import Producer
+from emq_worker.protocol.ids import SnowflakeMinter, encode
+from emq_worker.protocol.keys import QueueKeys
+from emq_worker.protocol.names import JobId, Token
+from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.replies import ClaimedJob, SettleResult
 
 LEASE_MS: Final = 60_000
 """EchoMQ's conformance claims use a 60 s lease unless a scenario names one."""

@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 
 from emq_worker import App, Worker, WorkerSettings
+from emq_worker.observe.sdnotify import Notifier
 from emq_worker.retry import Fixed
-from emq_worker.sdnotify import Notifier
 
 
 def worker_settings(queues: str | tuple[str, ...], url: str, **overrides: Any) -> WorkerSettings:

@@ -11,7 +11,7 @@ import redis
 from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError
 
-from emq_worker.keys import QueueKeys
+from emq_worker.protocol.keys import QueueKeys
 
 FILLER = "test:filler:"
 FILL_MAX_WRITES = 64

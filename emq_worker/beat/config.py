@@ -1,0 +1,96 @@
+"""Worker settings: one frozen value, validated on construction, messages naming the value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emq_worker.errors import ConfigError
+from emq_worker.protocol.ids import DEFAULT_NODE_ID, MAX_NODE_ID
+from emq_worker.protocol.keys import validate_queue_name
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.retry import DEFAULT_BACKOFF, Backoff
+from emq_worker.server.connection import validate_url
+
+DEFAULT_URL = "redis://localhost:6379/0"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    queues: tuple[str, ...]
+    redis_url: str = DEFAULT_URL
+    concurrency: int = 10
+    lease_ms: int = 30_000
+    beat_ms: int = 1_000
+    renew_every_ms: int = 0
+    """0 means a third of lease_ms."""
+    grace_ms: int = 20_000
+    max_attempts: int = 3
+    backoff: Backoff = DEFAULT_BACKOFF
+    job_timeout_ms: int = 300_000
+    wire_version: str = DEFAULT_WIRE_VERSION
+    reap_batch: int = 100
+    promote_batch: int = 100
+    settle_timeout_ms: int = 10_000
+    burst: bool = False
+    """Exit once nothing is held, pending or scheduled (for scripts and demos)."""
+    renew: bool = True
+    """Library-only switch to demonstrate a lapsing lease; never off in production."""
+    handoff: bool = True
+    """While parked with a free slot, offer to take the next job enqueued straight from the
+    enqueue script (no claim round trip); off, every job goes through pending and a claim."""
+    node_id: int = DEFAULT_NODE_ID
+    http: str | None = None
+    """HOST:PORT for /metrics, /healthz and /readyz; None serves nothing."""
+
+    def __post_init__(self) -> None:
+        if not self.queues:
+            raise ConfigError("at least one --queue is required")
+        for queue in self.queues:
+            validate_queue_name(queue)
+        if len(set(self.queues)) != len(self.queues):
+            raise ConfigError(f"queues must be distinct; got {list(self.queues)}")
+        validate_url(self.redis_url)
+        _at_least("concurrency", self.concurrency, 1)
+        _at_least("lease_ms", self.lease_ms, 30)
+        _at_least("beat_ms", self.beat_ms, 10)
+        _at_least("renew_every_ms", self.renew_every_ms, 0)
+        _at_least("grace_ms", self.grace_ms, 0)
+        _at_least("max_attempts", self.max_attempts, 1)
+        _at_least("job_timeout_ms", self.job_timeout_ms, 1)
+        _at_least("reap_batch", self.reap_batch, 1)
+        _at_least("promote_batch", self.promote_batch, 1)
+        _at_least("settle_timeout_ms", self.settle_timeout_ms, 100)
+        if not 0 <= self.node_id <= MAX_NODE_ID:
+            raise ConfigError(f"node_id must be in [0, {MAX_NODE_ID}]; got {self.node_id}")
+        if self.renew_every_ms and self.lease_ms < 3 * self.renew_every_ms:
+            raise ConfigError(
+                f"lease_ms must be at least 3 x renew_every_ms so a missed tick is survived; "
+                f"got lease_ms={self.lease_ms}, renew_every_ms={self.renew_every_ms}"
+            )
+        if not self.wire_version:
+            raise ConfigError("wire_version must not be empty")
+        if self.http is not None:
+            parse_host_port(self.http)
+
+    @property
+    def renew_interval_ms(self) -> int:
+        return self.renew_every_ms or self.lease_ms // 3
+
+    @property
+    def receipt_ms(self) -> int:
+        """How long a settle receipt answers a re-sent complete/fail."""
+        return max(60_000, 2 * self.lease_ms)
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:PORT` for IPv6) as (host, port); port 0 asks for any free port."""
+    host, sep, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"http must be HOST:PORT, e.g. 127.0.0.1:9464; got {value!r}")
+    return host, int(port)
+
+
+def _at_least(name: str, value: int, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}; got {value!r}")

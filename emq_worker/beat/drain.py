@@ -1,0 +1,177 @@
+"""The beat's drain: claim as many ready jobs as there are free slots and start each as a task.
+
+Queues are served in the order given, in script calls of at most CLAIM_BATCH jobs; a queue is
+left when a call returns fewer than it asked for or says `limited`, and the whole drain is
+bounded by one beat. A standing hand-off offer (offers.py) counts as a slot taken, and the claim
+that empties a queue leaves a new one; a job handed to an offer is started here too.
+
+A claim replies 'solo' for a suspect (a job whose holders died or froze running it): it runs
+once every other job here has finished, and nothing is claimed until its handler returns, so a job
+that kills its process takes no other job with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from emq_worker.beat.config import WorkerSettings
+from emq_worker.beat.isolation import QueueIsolation
+from emq_worker.beat.jobgroup import JobGroup
+from emq_worker.beat.lease import Lease, LeaseBook
+from emq_worker.beat.offers import HandedOff, Offers
+from emq_worker.beat.runner import JobRunner
+from emq_worker.observe.clock import Clock
+from emq_worker.observe.log import get_logger
+from emq_worker.observe.metrics import Counters
+from emq_worker.observe.status import BeatStatus
+from emq_worker.protocol.limits import CEILING_POLL_MS
+from emq_worker.protocol.queue import Queue, new_nonce
+from emq_worker.protocol.replies import ClaimResult, Limited
+
+CLAIM_BATCH = 250
+"""The most jobs one claim call leases: bounds how long the call holds the server."""
+
+
+@dataclass(slots=True)
+class DrainResult:
+    claimed: int = 0
+    more: bool = False
+    """The drain stopped at its time bound with slots free and work maybe left."""
+
+
+class Drainer:
+    def __init__(
+        self,
+        runner: JobRunner,
+        book: LeaseBook,
+        settings: WorkerSettings,
+        counters: Counters,
+        clock: Clock,
+        isolation: QueueIsolation,
+        status: BeatStatus,
+        offers: Offers,
+    ) -> None:
+        self.runner = runner
+        self.book = book
+        self.settings = settings
+        self.counters = counters
+        self.clock = clock
+        self.isolation = isolation
+        self.status = status
+        self.offers = offers
+        self.log = get_logger()
+        self._log_jobs = self.log.is_enabled_for(logging.INFO)
+        """One event per job transition at info; nothing per job above it (throughput)."""
+        self.stopping = False
+        """Claim nothing more, and leave no offer (set when the worker stops)."""
+        self.limited_until: float | None = None
+        """A queue's limit refused every claim: drain again no sooner than this."""
+        self._solo: Lease | None = None
+        """The suspect claimed 'solo', until its handler returns: nothing is claimed meanwhile."""
+
+    async def drain(self, jobs: JobGroup) -> DrainResult:
+        drained = DrainResult()
+        self.limited_until = None
+        deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
+        for queue in self.isolation.ready():
+            while not self.stopping:
+                if self.solo_running():
+                    return drained
+                if self.clock.monotonic() >= deadline:
+                    drained.more = True
+                    return drained
+                running = self.book.running + self.offers.reserved(other_than=queue.name)
+                free = self.settings.concurrency - running
+                if free <= 0:
+                    break  # a later queue's standing offer still holds a slot of its own
+                claimed_at = self.clock.monotonic()
+                result = await self._claim_or_rest(queue, min(free, CLAIM_BATCH), claimed_at)
+                if result is None:
+                    break
+                self.status.note_pause(queue.name, result.paused)
+                self.counters.phantoms += result.phantoms
+                self.start(jobs, result, claimed_at)
+                drained.claimed += len(result.jobs)
+                if result.limited is not None:
+                    self._hold_back(result.limited)
+                    break
+                if len(result.jobs) + result.phantoms < min(free, CLAIM_BATCH):
+                    break
+        return drained
+
+    def start(
+        self, jobs: JobGroup, result: ClaimResult, confirmed_at: float, handed_off: bool = False
+    ) -> None:
+        """Start every job of a claim (each leased as of `confirmed_at`) as its own task."""
+        for job in result.jobs:
+            lease = Lease(job=job, confirmed_at=confirmed_at)
+            self.book.add(lease)
+            if result.solo:
+                self._solo = lease
+                jobs.start(self.runner.run_alone, lease, self.book)
+            else:
+                jobs.start(self.runner.run, lease)
+            if self._log_jobs:
+                self.log.info(
+                    "job_claimed",
+                    queue=job.queue,
+                    job_id=job.id,
+                    attempts=job.token,
+                    **({"solo": True} if result.solo else {}),
+                    **({"handed_off": True} if handed_off else {}),
+                )
+        if result.jobs:
+            self.counters.claimed += len(result.jobs)
+            self.counters.by_queue[(result.jobs[0].queue, "claimed")] += len(result.jobs)
+
+    def start_handed_off(self, jobs: JobGroup, handed: HandedOff) -> None:
+        """Start a job enqueue.lua leased to this worker's offer (its lease began after the claim
+        that left the offer was sent)."""
+        self.counters.handed_off += 1
+        result = ClaimResult((handed.job,), paused=False, phantoms=0)
+        self.start(jobs, result, handed.made_at, handed_off=True)
+
+    def solo_running(self) -> bool:
+        """A suspect claimed 'solo' waits to run or runs (its handler has not returned)."""
+        solo = self._solo
+        if solo is not None and (solo.settling or not self.book.holds(solo)):
+            self._solo = solo = None
+        return solo is not None
+
+    async def _claim_or_rest(
+        self, queue: Queue, count: int, claimed_at: float
+    ) -> ClaimResult | None:
+        """Claim; None when the queue failed and now rests. A success ends the queue's streak."""
+        with self.isolation.isolated(queue):
+            result = await self._claim(queue, count, claimed_at)
+            self.isolation.recovered(queue.name)
+            return result
+        return None
+
+    async def _claim(self, queue: Queue, count: int, claimed_at: float) -> ClaimResult:
+        """Claim; when the connection drops before the reply, claim once more with the same
+        nonce: claim.lua's memo hands back what the lost reply leased, rather than leaving those
+        jobs stranded until the reaper returns them a lease later."""
+        nonce = new_nonce()
+        terms = self.offers.terms(queue.name, may_offer=not self.stopping)
+        result: ClaimResult | None = None
+        lease_ms = self.settings.lease_ms
+        try:
+            try:
+                result = await queue.claim(count, lease_ms, nonce, terms)
+            except (RedisConnectionError, RedisTimeoutError):
+                result = await queue.claim(count, lease_ms, nonce, terms)
+        finally:
+            self.offers.claimed(queue.name, terms, claimed_at, result)
+        return result
+
+    def _hold_back(self, limited: Limited) -> None:
+        """A limit refused the claim: park until its window reopens (rate), or poll for a slot
+        freed elsewhere (concurrency) rather than spin or wait out the beat."""
+        wait_ms = limited.retry_after_ms if limited.reason == "rate" else CEILING_POLL_MS
+        until = self.clock.monotonic() + max(1, wait_ms) / 1000
+        self.limited_until = min(until, self.limited_until or until)

@@ -1,0 +1,147 @@
+"""Held leases: what the worker owns right now, and the task of the job running under each.
+
+A lease is confirmed when a claim or a renewal sweep that covered it was sent; if no sweep has
+confirmed it for a whole lease (by the worker's monotonic clock), the server has given it away
+and the worker stops that job itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import anyio
+
+from emq_worker.protocol.names import JobId
+from emq_worker.protocol.queue import HeldLease
+from emq_worker.protocol.replies import ClaimedJob
+
+
+@dataclass(slots=True, eq=False)
+class Lease:
+    job: ClaimedJob
+    confirmed_at: float
+    """Monotonic time at which the last claim or renewal covering this lease was sent."""
+    task: asyncio.Task[None] | None = None
+    """The job's task once it runs: a lost lease cancels exactly this task."""
+    lost: bool = False
+    cancel_requested: bool = False
+    """An operator asked to cancel this job: it is stopped and settled dead, still fenced."""
+    settling: bool = False
+    """The handler has returned and its outcome is being written; that write's own reply,
+    not a concurrent renewal, decides what became of the job."""
+
+    @property
+    def held(self) -> HeldLease:
+        return HeldLease(self.job.id, self.job.token, self.job.nonce)
+
+    def cancel(self) -> None:
+        """Stop the job at once; the runner settles it dead (the lease is still ours)."""
+        self.cancel_requested = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def lose(self) -> None:
+        """Stop the job at once; its late result will never be written."""
+        self.lost = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+class LeaseBook:
+    """Every lease the worker holds, by queue and job id; changes in O(1)."""
+
+    def __init__(self) -> None:
+        self._by_queue: dict[str, dict[JobId, Lease]] = {}
+        self._size = 0
+        self._settling = 0
+        self._emptied = anyio.Event()
+        self._emptied.set()
+        self._settled = anyio.Event()
+        self._settled.set()
+        self._shrunk: anyio.Event | None = None
+        """Set by the next discard, while a job waits to run alone (None otherwise: no cost)."""
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def running(self) -> int:
+        """Leases whose handler still runs (held minus those whose outcome is being written)."""
+        return self._size - self._settling
+
+    def mark_settling(self, lease: Lease) -> None:
+        if not lease.settling and self.holds(lease):
+            lease.settling = True
+            self._settling += 1
+            if self._settled.is_set():
+                self._settled = anyio.Event()
+
+    def add(self, lease: Lease) -> None:
+        leases = self._by_queue.setdefault(lease.job.queue, {})
+        if lease.job.id not in leases:
+            self._size += 1
+        leases[lease.job.id] = lease
+        if self._emptied.is_set():
+            self._emptied = anyio.Event()
+
+    def discard(self, lease: Lease) -> None:
+        leases = self._by_queue.get(lease.job.queue, {})
+        if leases.get(lease.job.id) is lease:
+            del leases[lease.job.id]
+            self._size -= 1
+            if lease.settling:
+                self._settling -= 1
+                if self._settling == 0:
+                    self._settled.set()
+            if self._size == 0:
+                self._emptied.set()
+            if self._shrunk is not None:
+                self._shrunk.set()
+
+    def holds(self, lease: Lease) -> bool:
+        return self._by_queue.get(lease.job.queue, {}).get(lease.job.id) is lease
+
+    def queues(self) -> Iterator[tuple[str, list[Lease]]]:
+        """A snapshot per queue that holds anything (safe to mutate the book meanwhile)."""
+        for queue, leases in list(self._by_queue.items()):
+            if leases:
+                yield queue, list(leases.values())
+
+    def __iter__(self) -> Iterator[Lease]:
+        for _, leases in self.queues():
+            yield from leases
+
+    async def wait_empty(self) -> None:
+        await self._emptied.wait()
+
+    async def wait_alone(self, lease: Lease) -> None:
+        """Until `lease` is the only lease held: every other job has finished and its outcome
+        is written (or its lease is gone). Returns at once if `lease` is no longer held."""
+        while self._size > 1 and self.holds(lease):
+            self._shrunk = anyio.Event()
+            try:
+                await self._shrunk.wait()
+            finally:
+                self._shrunk = None
+
+    async def wait_settled(self) -> None:
+        """Until no outcome is waiting to be written."""
+        await self._settled.wait()
+
+
+class SlotSignal:
+    """Lets the supervisor sleep until some job frees its slot."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+
+    def arm(self) -> anyio.Event:
+        """The event the next `fire` sets (a fresh one if the last was already fired)."""
+        if self._event.is_set():
+            self._event = anyio.Event()
+        return self._event

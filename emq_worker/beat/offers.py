@@ -1,0 +1,119 @@
+"""Hand-off offers: a parked worker stands ready to take the next job enqueued on a queue.
+
+A claim that empties a queue's pending set leaves the worker's offer there (lua/claim.lua). The
+worker parks with its BLPOP on the offer's hand-off list as well as on the wake key, and
+lua/enqueue.lua leases the next job straight to the newest live offer and pushes it onto that
+list: the job starts without a claim round trip, so an idle worker picks a job up in about one
+hop from the producer instead of three.
+
+An offer counts as a slot taken from the moment the claim that may leave it is sent until its job
+arrives or a later claim withdraws it, so a hand-off never takes the worker past its concurrency.
+The offer's nonce is kept until a job is handed to it: a claim whose reply was lost may or may not
+have left the offer, and the next claim withdraws it either way, taking over whatever was handed
+to it. A graceful stop withdraws every offer and hands their jobs back to pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from emq_worker.beat.config import WorkerSettings
+from emq_worker.protocol.queue import OfferTerms, Queue, new_nonce
+from emq_worker.protocol.replies import ClaimedJob, ClaimResult, handed_off_job
+
+OFFER_SLACK_MS = 500
+"""An offer outlasts the park that follows its claim (at most a beat) by this much: the next
+claim withdraws it and leaves a new one, so it never lapses while the worker is parked."""
+OFFER_LEASE_SHARE = 3
+"""...but it lasts at most a third of the lease: the worker counts a job handed to it as leased
+from the moment the offer's claim was sent, so the job arrives with two thirds of its lease left
+as far as the worker knows, and the next renewal tick confirms it before its self-fence would."""
+
+
+def offer_ms(settings: WorkerSettings, park_spans_slots: bool) -> int:
+    """How long a worker's offers stand; 0 makes none: hand-offs are off, the worker exits when
+    idle (burst), or its park takes several BLPOPs (wakes.py), one of which may be cancelled
+    after it took a hand-off."""
+    if not settings.handoff or settings.burst or park_spans_slots:
+        return 0
+    return min(settings.beat_ms + OFFER_SLACK_MS, settings.lease_ms // OFFER_LEASE_SHARE)
+
+
+@dataclass(slots=True)
+class Offer:
+    nonce: str
+    standing: bool = False
+    """A claim may have left this offer, and no later claim has withdrawn it."""
+    made_at: float = 0.0
+    """Monotonic time at which the claim that left it was sent: a job handed to it is leased
+    until at least made_at + lease_ms."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandedOff:
+    job: ClaimedJob
+    made_at: float
+
+
+class Offers:
+    """The worker's offer on each of its queues. `offer_ms` 0 turns hand-offs off."""
+
+    def __init__(self, queues: Iterable[Queue], offer_ms: int) -> None:
+        self.offer_ms = offer_ms
+        self._queues = {queue.name: queue for queue in queues}
+        self._by_queue = {name: Offer(new_nonce()) for name in self._queues}
+
+    def reserved(self, other_than: str) -> int:
+        """Slots held by offers that a claim on `other_than` does not withdraw."""
+        return sum(offer.standing for name, offer in self._by_queue.items() if name != other_than)
+
+    def terms(self, queue: str, may_offer: bool) -> OfferTerms:
+        """What the next claim on `queue` is told: withdraw a standing offer, leave a new one,
+        but only with a slot to spare for each other queue that holds no offer (so an idle
+        queue's offer never keeps a busy one from being claimed)."""
+        offer = self._by_queue[queue]
+        offer_ms = self.offer_ms if may_offer else 0
+        if not (offer.standing or offer_ms):
+            return OfferTerms()
+        others = sum(not other.standing for name, other in self._by_queue.items() if name != queue)
+        return OfferTerms(offer.nonce, offer_ms, offer.standing, room=1 + others)
+
+    def claimed(
+        self, queue: str, terms: OfferTerms, sent_at: float, result: ClaimResult | None
+    ) -> None:
+        """Record what a claim with `terms` did; `result` None: its reply never came."""
+        offer = self._by_queue[queue]
+        if result is None:
+            if terms.offer_ms:  # it may have left an offer: treat it as standing
+                offer.standing, offer.made_at = True, sent_at
+            return
+        offer.standing = result.offered
+        if result.offered:
+            offer.made_at = sent_at
+
+    def mailboxes(self, queues: Iterable[Queue]) -> list[str]:
+        """The hand-off lists of the standing offers on `queues`."""
+        return [
+            queue.keys.handoff(offer.nonce)
+            for queue in queues
+            if (offer := self._by_queue[queue.name]).standing
+        ]
+
+    def received(self, key: str, item: bytes) -> HandedOff | None:
+        """The job a park's BLPOP took from `key`; None when `key` is no hand-off list."""
+        for name, offer in self._by_queue.items():
+            if offer.standing and key == self._queues[name].keys.handoff(offer.nonce):
+                # Used up: the next offer on this queue is a new one.
+                self._by_queue[name] = Offer(new_nonce())
+                return HandedOff(handed_off_job(name, offer.nonce, item), offer.made_at)
+        return None
+
+    async def withdraw(self, lease_ms: int) -> int:
+        """Take back every standing offer; returns how many handed jobs went back to pending."""
+        released = 0
+        for name, offer in self._by_queue.items():
+            if offer.standing:
+                released += await self._queues[name].withdraw(offer.nonce, lease_ms)
+                self._by_queue[name] = Offer(new_nonce())
+        return released

@@ -1,0 +1,198 @@
+"""Runs one claimed job: decode, call the handler under its timeout, hand the outcome over.
+
+A handler's exception becomes a failure; it never escapes into the job group. The job's task is
+registered with its lease: a lost lease cancels it, and its late result is never written. The
+outcome goes to the settle batcher, which writes it fenced, outside the job's task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from redis.exceptions import RedisError
+
+from emq_worker.beat.config import WorkerSettings
+from emq_worker.beat.lease import Lease, LeaseBook
+from emq_worker.beat.settle import SettleBatcher
+from emq_worker.errors import PayloadError, UnknownTaskError
+from emq_worker.jobs import codec
+from emq_worker.jobs.context import JobContext
+from emq_worker.jobs.options import JobOptions
+from emq_worker.jobs.results import encode_result
+from emq_worker.jobs.tasks import App, Task
+from emq_worker.observe.log import get_logger
+from emq_worker.protocol.names import Field
+from emq_worker.protocol.queue import Completion, Failure, Outcome
+from emq_worker.protocol.replies import ClaimedJob
+from emq_worker.retry import delay_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    task: Task
+    ctx: JobContext
+    kwargs: dict[str, Any]
+    options: JobOptions | None = None
+    """The producer's per-job overrides of the task's policy; None on the common path."""
+
+
+CANCELLED = "cancelled by an operator"
+
+
+class JobRunner:
+    def __init__(
+        self,
+        app: App,
+        batcher: SettleBatcher,
+        settings: WorkerSettings,
+        rng: random.Random,
+    ) -> None:
+        self.app = app
+        self.batcher = batcher
+        self.settings = settings
+        self.rng = rng
+        self.threads = anyio.CapacityLimiter(settings.concurrency)
+        self.log = get_logger()
+
+    async def run(self, lease: Lease) -> None:
+        lease.task = asyncio.current_task()
+        if lease.lost:
+            return  # lost before it started: nothing ran, nothing to write
+        job = lease.job
+        if lease.cancel_requested:  # cancelled before it started: dead, without running it
+            self.batcher.submit(lease, Failure(lease.held, 0, 0, CANCELLED), "(cancelled)")
+            return
+        try:
+            call = self._prepare(job)
+        except (PayloadError, UnknownTaskError) as exc:
+            # Retrying cannot help a job nobody can decode or run: dead-letter it at once.
+            self.batcher.submit(lease, Failure(lease.held, 0, 0, str(exc)), "(unrunnable)")
+            return
+        started = time.monotonic()
+        outcome = await self._call(lease, call)
+        seconds = time.monotonic() - started
+        if outcome is None or lease.lost:  # lost: even if the handler swallowed its cancellation
+            self.log.info(
+                "job_abandoned",
+                queue=job.queue,
+                job_id=job.id,
+                attempts=job.token,
+                reason="lease lost; its result is not written",
+            )
+            return
+        self.batcher.submit(lease, outcome, call.task.name, seconds)
+
+    async def run_alone(self, lease: Lease, book: LeaseBook) -> None:
+        """Run a suspect job (claimed 'solo') once nothing else this worker held is left: if it
+        kills the process, no other job dies with it. Its lease is held and renewed meanwhile."""
+        lease.task = asyncio.current_task()
+        try:
+            await book.wait_alone(lease)
+        except asyncio.CancelledError:
+            if not (lease.lost or lease.cancel_requested):
+                raise  # the worker is stopping: the lease is handed back
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+        await self.run(lease)  # settles a cancelled job dead; a lost one is dropped
+
+    def _prepare(self, job: ClaimedJob) -> Call:
+        writer = self.batcher.queues.get(job.queue)
+        raw = self.app.raw.get(job.queue)
+        if raw is not None:
+            ctx = JobContext(job.queue, job.id, job.token, raw.name, job.payload, writer, job.nonce)
+            return Call(raw, ctx, {})
+        name, kwargs, options = codec.decode_job(job.payload)
+        task = self.app.lookup(name)
+        ctx = JobContext(job.queue, job.id, job.token, name, job.payload, writer, job.nonce)
+        task.check_kwargs(ctx, kwargs)
+        return Call(task, ctx, kwargs, options)
+
+    async def _call(self, lease: Lease, call: Call) -> Outcome | None:
+        """The handler's outcome, or None when the lease was lost while it ran."""
+        task, options = call.task, call.options
+        timeout_ms = (
+            (options and options.timeout_ms) or task.timeout_ms or self.settings.job_timeout_ms
+        )
+        timer = asyncio.timeout(timeout_ms / 1000)
+        try:
+            async with timer:
+                if task.is_async:
+                    value = await task.fn(call.ctx, **call.kwargs)
+                else:
+                    value = await anyio.to_thread.run_sync(
+                        functools.partial(task.fn, call.ctx, **call.kwargs),
+                        abandon_on_cancel=True,
+                        limiter=self.threads,
+                    )
+        except asyncio.CancelledError:
+            if not (lease.lost or lease.cancel_requested):
+                raise  # the worker is stopping: the lease is handed back, not settled
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            if lease.lost:
+                return None
+            return Failure(lease.held, 0, 0, CANCELLED)
+        except Exception as exc:
+            if timer.expired():
+                return await self._failure(lease, call, f"timed out after {timeout_ms} ms")
+            return await self._failure(lease, call, f"{type(exc).__name__}: {exc}")
+        ttl_ms = task.result_ttl_ms
+        if options is not None and options.result_ttl_ms is not None:
+            ttl_ms = options.result_ttl_ms
+        if not ttl_ms:
+            return Completion(lease.held)  # the common case: no result is kept
+        return Completion(lease.held, self._result(lease, call, value), ttl_ms)
+
+    def _result(self, lease: Lease, call: Call, value: Any) -> bytes:
+        data, error = encode_result(value)
+        if error is not None:
+            job = lease.job
+            self.log.warning(
+                "result_not_stored",
+                queue=job.queue,
+                job_id=job.id,
+                attempts=job.token,
+                task=call.task.name,
+                error=error,
+            )
+        return data
+
+    async def _failure(self, lease: Lease, call: Call, error: str) -> Failure:
+        task, options = call.task, call.options
+        max_attempts = (
+            (options and options.max_attempts) or task.max_attempts or self.settings.max_attempts
+        )
+        policy = (options and options.backoff) or task.backoff or self.settings.backoff
+        attempt = await self._attempt_in_budget(lease)
+        return Failure(lease.held, delay_ms(policy, attempt, self.rng), max_attempts, error)
+
+    async def _attempt_in_budget(self, lease: Lease) -> int:
+        """The attempt counted from the job's last `dead retry` (which records attempts_base),
+        so a retried dead job backs off as on its first attempts. Read only for a failure after
+        a first attempt (the slow path); on any Redis error the absolute count stands."""
+        job = lease.job
+        attempt = int(job.token)
+        queue = self.batcher.queues.get(job.queue)
+        if attempt == 1 or queue is None:
+            return attempt
+        try:
+            base = await queue.client.hget(queue.keys.job(job.id), Field.ATTEMPTS_BASE)
+        except RedisError:
+            return attempt
+        except asyncio.CancelledError:
+            if not (lease.lost or lease.cancel_requested):
+                raise  # the worker is stopping: the lease is handed back, not settled
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            return attempt
+        text = base.decode() if isinstance(base, bytes) else base
+        return max(1, attempt - int(text)) if text and text.isdigit() else attempt

@@ -1,0 +1,221 @@
+"""The Worker: wires the supervisor, the renewal sweep and the job runner together and runs them
+as one structured unit: a root task group holds the renewal sweep and the settle batcher; the
+supervisor runs beside them and fills the job group (one task per job).
+
+Shutdown: stop claiming, let running jobs finish within the grace period while renewal keeps their
+leases alive, then hand what is still held back to pending at once (fenced) and return.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import anyio
+from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
+
+from emq_worker.beat.config import WorkerSettings
+from emq_worker.beat.jobgroup import JobGroup
+from emq_worker.beat.lease import LeaseBook, SlotSignal
+from emq_worker.beat.presence import WorkerRegistry
+from emq_worker.beat.renewal import RenewalSweep
+from emq_worker.beat.runner import JobRunner
+from emq_worker.beat.settle import SettleBatcher
+from emq_worker.beat.supervisor import Supervisor
+from emq_worker.jobs.tasks import App
+from emq_worker.observe.clock import Clock, MonotonicClock
+from emq_worker.observe.exposition import BeatNotifier, MeteredSweep, WorkerCollector
+from emq_worker.observe.http import HttpEndpoint
+from emq_worker.observe.log import get_logger
+from emq_worker.observe.looplag import LoopLag, warn_after_ms
+from emq_worker.observe.metrics import Counters
+from emq_worker.observe.sdnotify import Notifier
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.connection import connect
+from emq_worker.server.failures import RETRYABLE, describe
+
+RELEASE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    queues: dict[str, Queue]
+    book: LeaseBook
+    batcher: SettleBatcher
+    supervisor: Supervisor
+    sweep: RenewalSweep
+    http: HttpEndpoint | None = None
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        app: App,
+        *,
+        client: Redis | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.settings = settings
+        self.app = app
+        self.counters = Counters()
+        self.ready = anyio.Event()
+        self._client = client
+        self._clock = clock or MonotonicClock()
+        self._rng = rng or random.Random()
+        self.notifier = notifier or Notifier()
+        self._supervisor: Supervisor | None = None
+        self.presence: WorkerRegistry | None = None
+        self._stop_requested = False
+        self._root: anyio.CancelScope | None = None
+        self.http: HttpEndpoint | None = None
+        """The HTTP endpoint while it serves (settings.http); `http.port` is the bound port."""
+        self.log = get_logger()
+        self.loop_lag = LoopLag(self._clock, warn_after_ms(settings.lease_ms))
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested
+
+    def request_stop(self) -> None:
+        """Graceful: stop claiming, finish or hand back what is held."""
+        self._stop_requested = True
+        self.notifier.stopping(f"stopping: finishing held jobs within {self.settings.grace_ms} ms")
+        if self._supervisor is not None:
+            self._supervisor.request_stop()
+
+    def force_stop(self) -> None:
+        """At once: leave held leases to the reaper."""
+        self.notifier.stopping("stopping at once: held jobs are left to the reaper")
+        if self._root is not None:
+            self._root.cancel()
+
+    async def run(self) -> None:
+        settings = self.settings
+        client = self._client or connect(
+            settings.redis_url,
+            settings.wire_version,
+            socket_timeout_s=settings.beat_ms / 1000 + 10,
+        )
+        try:
+            await self._run(client)
+        finally:
+            if self._client is None:
+                await client.aclose()
+
+    async def _run(self, client: Redis) -> None:
+        scripts = Scripts()
+        await scripts.load_all(client)
+        parts = self._assemble(client, scripts)
+        self._supervisor = parts.supervisor
+        if self._stop_requested:
+            parts.supervisor.request_stop()
+        with anyio.CancelScope() as root:
+            self._root = root
+            await self._serve(parts)
+        self.http = None
+        self.log.info("worker_stopped", forced=root.cancel_called, **self.counters.snapshot())
+
+    def _started(self) -> None:
+        settings = self.settings
+        self.log.info(
+            "worker_started",
+            queues=list(settings.queues),
+            concurrency=settings.concurrency,
+            lease_ms=settings.lease_ms,
+            renew_every_ms=settings.renew_interval_ms if settings.renew else 0,
+            beat_ms=settings.beat_ms,
+            handoff=settings.handoff,
+            http=settings.http,
+        )
+        self.ready.set()
+        self.notifier.ready(f"serving {', '.join(settings.queues)}")
+
+    def _assemble(self, client: Redis, scripts: Scripts) -> Parts:
+        settings = self.settings
+        self.presence = WorkerRegistry(
+            client, settings.queues, settings.concurrency, settings.beat_ms
+        )
+        queues = {name: Queue(client, scripts, name) for name in settings.queues}
+        book, slots = LeaseBook(), SlotSignal()
+        batcher = SettleBatcher(queues, book, slots, settings, self.counters)
+        runner = JobRunner(self.app, batcher, settings, self._rng)
+        registry = CollectorRegistry(auto_describe=True) if settings.http else None
+        beat = BeatNotifier(self.notifier, self._clock) if registry is not None else None
+        supervisor = Supervisor(
+            client,
+            list(queues.values()),
+            runner,
+            book,
+            slots,
+            settings,
+            self.counters,
+            self._clock,
+            self._rng,
+            reap_max_attempts=self.app.most_attempts(settings.max_attempts),
+            notifier=beat or self.notifier,
+            registry=self.presence,
+        )
+        sweep_args = (queues, book, slots, settings, self.counters, self._clock)
+        if registry is None or beat is None:
+            return Parts(queues, book, batcher, supervisor, RenewalSweep(*sweep_args))
+        sweep = MeteredSweep(*sweep_args).meter(registry)
+        collector = WorkerCollector(self.counters, book, beat)
+        collector.loop_lag = self.loop_lag
+        registry.register(collector)
+        http = HttpEndpoint(settings, client, queues, collector, registry, lambda: self.stopping)
+        return Parts(queues, book, batcher, supervisor, sweep, http)
+
+    async def _serve(self, parts: Parts) -> None:
+        """Beat until stopped; then give running jobs the grace period, write what finished,
+        and hand back what is still held."""
+        settings, book = self.settings, parts.book
+        async with anyio.create_task_group() as background:
+            if settings.renew:
+                background.start_soon(parts.sweep.run)
+            background.start_soon(parts.batcher.run)
+            background.start_soon(self.loop_lag.run)
+            if parts.http is not None:
+                await background.start(parts.http.serve)
+                self.http = parts.http
+            self._started()
+            async with JobGroup() as jobs:
+                await parts.supervisor.run(jobs)
+                if len(book):
+                    self.log.info("draining", held=len(book), grace_ms=settings.grace_ms)
+                with anyio.move_on_after(settings.grace_ms / 1000):
+                    await book.wait_empty()
+                jobs.cancel()
+            with anyio.move_on_after(settings.settle_timeout_ms / 1000):
+                await book.wait_settled()
+            await self._release(parts.queues, book)
+            await self._leave()
+            background.cancel_scope.cancel()
+
+    async def _leave(self) -> None:
+        """Take this worker off the `workers` list at once (else its entries expire)."""
+        if self.presence is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S):
+            try:
+                await self.presence.leave()
+            except RETRYABLE as exc:
+                self.log.warning("leave_failed", error=describe(exc))
+
+    async def _release(self, queues: dict[str, Queue], book: LeaseBook) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S):
+            for name, held in book.queues():
+                leases = [lease for lease in held if not lease.settling]
+                try:
+                    released = await queues[name].release([lease.held for lease in leases])
+                except RETRYABLE as exc:  # e.g. READONLY: the reaper returns them after the lease
+                    self.log.warning("release_failed", queue=name, error=describe(exc))
+                    released = 0
+                self.counters.released += released
+                for lease in leases:
+                    book.discard(lease)
+                self.log.info("leases_released", queue=name, held=len(leases), released=released)

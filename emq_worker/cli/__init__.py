@@ -1,0 +1,1 @@
+"""Every click command of `emq-worker`; nothing outside this package imports click."""

@@ -1,0 +1,190 @@
+"""The operator's commands: stats, inspect, logs, pause, resume, remove, cancel, workers (the
+dead letter's are in dead_cli).
+
+Each runs one call on a fresh, version-fenced client and prints a table (or JSON); an unknown queue
+or job is an error naming it (exit 1), a malformed queue name or job id a usage error (exit 2).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+from redis.asyncio import Redis
+
+from emq_worker.admin import render, verbs
+from emq_worker.beat.presence import live_workers
+from emq_worker.cli.dead import dead
+from emq_worker.cli.operator import (
+    admin_queue_option,
+    dump_json,
+    job_ids_callback,
+    json_option,
+    on_queue,
+    queue_name_callback,
+    queues_option,
+    run_admin,
+)
+from emq_worker.cli.options import redis_url_option, wire_version_option
+from emq_worker.protocol.names import JobId
+from emq_worker.protocol.scripts import Scripts
+
+
+@click.command()
+@queues_option
+@json_option
+@redis_url_option
+@wire_version_option
+def stats(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: str) -> None:
+    """Depths (pending, active, scheduled, dead) and counters (completed, failed) per queue."""
+    rows, found = run_admin(
+        redis_url, wire_version, lambda client, scripts: verbs.stats(client, scripts, queues)
+    )
+    if not as_json:
+        click.echo(render.render_stats(rows, found))
+        return
+    report: dict[str, Any] = {"queues": [row.as_dict() for row in rows]}
+    if found is not None:
+        report["scan"] = {"complete": found.complete, "calls": found.scan_calls}
+    dump_json(report)
+
+
+@click.command()
+@click.argument("job_id", callback=job_ids_callback)
+@admin_queue_option
+@json_option
+@redis_url_option
+@wire_version_option
+def inspect(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+    """Show JOB_ID: its row, where it is, its lease, lock and scheduled time."""
+    job = on_queue(redis_url, wire_version, queue, lambda q: verbs.inspect_job(q, job_id))
+    if as_json:
+        dump_json(job.as_dict())
+    else:
+        click.echo(render.render_inspection(job))
+
+
+def _set_paused(queue: str, paused: bool, redis_url: str, wire_version: str) -> None:
+    was = on_queue(redis_url, wire_version, queue, lambda q: verbs.set_paused(q, paused))
+    if was == paused:
+        click.echo(f"queue {queue!r} was already {'paused' if paused else 'running'}")
+    elif paused:
+        click.echo(f"paused queue {queue!r}; running workers stop claiming at their next claim")
+    else:
+        click.echo(f"resumed queue {queue!r}")
+
+
+@click.command()
+@click.argument("queue", callback=queue_name_callback)
+@redis_url_option
+@wire_version_option
+def pause(queue: str, redis_url: str, wire_version: str) -> None:
+    """Stop workers claiming from QUEUE (the jobs they hold run on)."""
+    _set_paused(queue, True, redis_url, wire_version)
+
+
+@click.command()
+@click.argument("queue", callback=queue_name_callback)
+@redis_url_option
+@wire_version_option
+def resume(queue: str, redis_url: str, wire_version: str) -> None:
+    """Let workers claim from QUEUE again."""
+    _set_paused(queue, False, redis_url, wire_version)
+
+
+@click.command()
+@click.argument("job_id", callback=job_ids_callback)
+@admin_queue_option
+@redis_url_option
+@wire_version_option
+def remove(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None:
+    """Delete JOB_ID (row, subkeys, set member); refused while a worker holds it."""
+    on_queue(redis_url, wire_version, queue, lambda q: verbs.remove_job(q, job_id))
+    click.echo(f"removed {job_id} from queue {queue!r}")
+
+
+@click.command()
+@click.argument("job_id", callback=job_ids_callback)
+@admin_queue_option
+@json_option
+@redis_url_option
+@wire_version_option
+def logs(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+    """Print JOB_ID's job log (the lines its handler appended with ctx.append_log), oldest
+    first. A completed or removed job's log is gone with it; a dead job keeps its log."""
+    lines = on_queue(redis_url, wire_version, queue, lambda q: verbs.job_logs(q, job_id))
+    if as_json:
+        dump_json({"queue": queue, "job_id": job_id, "lines": lines})
+    elif not lines:
+        click.echo(f"no log lines for {job_id} in queue {queue!r}")
+    else:
+        click.echo("\n".join(render.escape(line) for line in lines))
+
+
+@click.command()
+@queues_option
+@json_option
+@redis_url_option
+@wire_version_option
+def workers(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: str) -> None:
+    """The workers alive on each queue (they announce themselves every beat) and what they hold."""
+
+    async def read(client: Redis, scripts: Scripts) -> dict[str, list[dict[str, object]]]:
+        names = queues or (await verbs.discover_queues(client)).queues
+        found = {name: await live_workers(client, name) for name in names}
+        for name in queues:
+            if not found[name]:
+                await verbs.open_queue(client, scripts, name)  # an unknown queue is an error
+        return found
+
+    found = run_admin(redis_url, wire_version, read)
+    if as_json:
+        dump_json(found)
+        return
+    now = time.time()
+    rows = [
+        (
+            name,
+            w.get("id"),
+            w.get("held"),
+            w.get("concurrency"),
+            w.get("completed"),
+            f"{now - float(str(w.get('beat', now))):.1f} s ago",
+        )
+        for name, entries in found.items()
+        for w in entries
+    ]
+    if not rows:
+        click.echo("no live workers")
+        return
+    header = ("queue", "worker", "held", "concurrency", "completed", "last beat")
+    click.echo(render.table(header, rows))
+
+
+@click.command()
+@click.argument("job_id", callback=job_ids_callback)
+@admin_queue_option
+@redis_url_option
+@wire_version_option
+def cancel(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None:
+    """Stop the running JOB_ID: its worker cancels it at its next renewal tick and settles it
+    dead with last_error "cancelled by an operator"."""
+    on_queue(redis_url, wire_version, queue, lambda q: verbs.cancel_job(q, job_id))
+    click.echo(
+        f"cancel requested for {job_id} in queue {queue!r}; its worker stops it within one "
+        "renewal tick (a third of the lease)"
+    )
+
+
+COMMANDS: tuple[click.Command, ...] = (
+    stats,
+    inspect,
+    logs,
+    dead,
+    pause,
+    resume,
+    remove,
+    cancel,
+    workers,
+)

@@ -1,0 +1,348 @@
+"""The `emq-worker` command. The only place that reads the environment (EMQ_* variables)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import anyio
+import click
+from redis.exceptions import RedisError
+
+from emq_worker.beat import daemon
+from emq_worker.beat.config import WorkerSettings
+from emq_worker.cli import admin, control
+from emq_worker.cli.dashboard import dashboard as dashboard_command
+from emq_worker.cli.options import (
+    json_object,
+    redis_url_option,
+    split_queues,
+    wire_version_option,
+)
+from emq_worker.demo import demo as demo_command
+from emq_worker.errors import EmqError
+from emq_worker.jobs.producer import Producer
+from emq_worker.jobs.tasks import load_app
+from emq_worker.observe import log
+from emq_worker.observe.http import health as health_command
+from emq_worker.protocol.ids import DEFAULT_NODE_ID
+from emq_worker.protocol.keys import validate_queue_name
+from emq_worker.retry import format_backoff, parse_backoff
+from emq_worker.server.connection import redacted
+from emq_worker.server.failures import describe, exit_code_for, fatal, tls_hint
+
+DEFAULTS = WorkerSettings(queues=("default",))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="emq-worker")
+def main() -> None:
+    """emq-worker: an asyncio worker for EchoMQ queues on Valkey/Redis."""
+
+
+@main.command()
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    required=True,
+    show_envvar=True,
+    envvar="EMQ_QUEUES",
+    help="Queue to serve; repeat for several, served in the order given.",
+)
+@click.option(
+    "--app",
+    "app_path",
+    show_envvar=True,
+    envvar="EMQ_APP",
+    required=True,
+    help="module:attribute of the emq_worker.App with the handlers.",
+)
+@click.option(
+    "--app-dir",
+    show_envvar=True,
+    envvar="EMQ_APP_DIR",
+    default=".",
+    show_default=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory put first on sys.path before --app is imported.",
+)
+@redis_url_option
+@click.option(
+    "--concurrency",
+    "-c",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_CONCURRENCY",
+    default=DEFAULTS.concurrency,
+    show_default=True,
+    help="Jobs run at once.",
+)
+@click.option(
+    "--lease-ms",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_LEASE_MS",
+    default=DEFAULTS.lease_ms,
+    show_default=True,
+    help="How long a claim holds a job without a renewal.",
+)
+@click.option(
+    "--beat-ms",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_BEAT_MS",
+    default=DEFAULTS.beat_ms,
+    show_default=True,
+    help="Reap and promote cadence; the longest park.",
+)
+@click.option(
+    "--renew-every-ms",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_RENEW_EVERY_MS",
+    default=0,
+    show_default="a third of --lease-ms",
+    help="Renewal sweep cadence (0: the default).",
+)
+@click.option(
+    "--grace-ms",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_GRACE_MS",
+    default=DEFAULTS.grace_ms,
+    show_default=True,
+    help="On SIGTERM, how long running jobs may finish.",
+)
+@click.option(
+    "--max-attempts",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_MAX_ATTEMPTS",
+    default=DEFAULTS.max_attempts,
+    show_default=True,
+    help="Default attempts before a job goes to dead (tasks may override).",
+)
+@click.option(
+    "--backoff",
+    show_envvar=True,
+    envvar="EMQ_BACKOFF",
+    default=format_backoff(DEFAULTS.backoff),
+    show_default=True,
+    help="Default retry delay: fixed:MS, exponential:BASE_MS:CAP_MS, jitter:...",
+)
+@click.option(
+    "--job-timeout-ms",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_JOB_TIMEOUT_MS",
+    default=DEFAULTS.job_timeout_ms,
+    show_default=True,
+    help="Default handler timeout (tasks may override).",
+)
+@wire_version_option
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    show_envvar=True,
+    envvar="EMQ_LOG_FORMAT",
+    default="auto",
+    show_default=True,
+    help="auto: console on a TTY, JSON lines otherwise.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    show_envvar=True,
+    envvar="EMQ_LOG_LEVEL",
+    default="info",
+    show_default=True,
+)
+@click.option(
+    "--burst",
+    is_flag=True,
+    show_envvar=True,
+    envvar="EMQ_BURST",
+    help="Exit once nothing is held, pending or scheduled.",
+)
+@click.option(
+    "--handoff/--no-handoff",
+    show_envvar=True,
+    envvar="EMQ_HANDOFF",
+    default=DEFAULTS.handoff,
+    show_default=True,
+    help="While parked with a free slot, take the next job enqueued straight from the enqueue "
+    "script, without a claim round trip.",
+)
+@click.option(
+    "--http",
+    show_envvar=True,
+    envvar="EMQ_HTTP",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9464 (default: off).",
+)
+def run(
+    queues: tuple[str, ...],
+    app_path: str,
+    app_dir: str,
+    redis_url: str,
+    concurrency: int,
+    lease_ms: int,
+    beat_ms: int,
+    renew_every_ms: int,
+    grace_ms: int,
+    max_attempts: int,
+    backoff: str,
+    job_timeout_ms: int,
+    wire_version: str,
+    log_format: Any,
+    log_level: str,
+    burst: bool,
+    handoff: bool,
+    http: str | None,
+) -> None:
+    """Run the worker daemon on one or more queues."""
+    try:
+        settings = WorkerSettings(
+            queues=split_queues(queues),
+            redis_url=redis_url,
+            concurrency=concurrency,
+            lease_ms=lease_ms,
+            beat_ms=beat_ms,
+            renew_every_ms=renew_every_ms,
+            grace_ms=grace_ms,
+            max_attempts=max_attempts,
+            backoff=parse_backoff(backoff),
+            job_timeout_ms=job_timeout_ms,
+            wire_version=wire_version,
+            burst=burst,
+            handoff=handoff,
+            http=http or None,
+        )
+        app = load_app(app_path, app_dir)
+    except EmqError as exc:
+        raise click.UsageError(str(exc)) from exc
+    log.configure(log_format, log_level)
+    try:
+        code = daemon.run(settings, app)
+    except (EmqError, RedisError) as exc:
+        message = _failure(exc, settings.redis_url)
+        log.get_logger().error("worker_failed", error=message)
+        click.echo(f"Error: {message}", err=True)
+        sys.exit(exit_code_for(exc) or daemon.EXIT_FATAL)
+    sys.exit(code)
+
+
+def _failure(exc: Exception, redis_url: str) -> str:
+    """What went wrong, naming the server (never its password)."""
+    if isinstance(exc, EmqError):
+        cause = exc.__cause__
+        return f"{exc}; {describe(cause)}" if cause is not None and fatal(cause) else str(exc)
+    return f"Redis at {redacted(redis_url)}: {describe(exc)}{tls_hint(exc, redis_url)}"
+
+
+@main.command()
+@click.option(
+    "--queue", "-q", required=True, show_envvar=True, envvar="EMQ_QUEUE", help="The queue."
+)
+@click.argument("task")
+@click.argument("kwargs", default="{}", callback=json_object)
+@redis_url_option
+@wire_version_option
+@click.option("--delay-ms", type=int, default=None, help="Run no sooner than this from now.")
+@click.option("--job-id", default=None, help="A caller-chosen JOB id (idempotent).")
+@click.option(
+    "--dedup-id",
+    default=None,
+    help="Enqueue only if no live job holds this key; else print that job's id (duplicate).",
+)
+@click.option(
+    "--dedup-ttl-ms", type=click.IntRange(min=1), default=None, help="Release the key after this."
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Override the task's max attempts for this job.",
+)
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Override the task's timeout for this job.",
+)
+@click.option(
+    "--result-ttl-ms",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Keep this job's return value this long (0: keep none).",
+)
+@click.option(
+    "--node-id",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_NODE_ID",
+    default=DEFAULT_NODE_ID,
+    show_default=True,
+    help="Snowflake node id for minted job ids (0-1023).",
+)
+def enqueue(
+    queue: str,
+    task: str,
+    kwargs: dict[str, object],
+    redis_url: str,
+    wire_version: str,
+    delay_ms: int | None,
+    job_id: str | None,
+    dedup_id: str | None,
+    dedup_ttl_ms: int | None,
+    max_attempts: int | None,
+    timeout_ms: int | None,
+    result_ttl_ms: int | None,
+    node_id: int,
+) -> None:
+    """Enqueue TASK with KWARGS (a JSON object) and print the job id ("<id> (duplicate)" when
+    --job-id or --dedup-id names a job that already exists)."""
+    try:
+        validate_queue_name(queue)  # a usage error (exit 2), before anything connects
+    except EmqError as exc:
+        raise click.BadParameter(str(exc), param_hint="--queue") from exc
+
+    async def send() -> str:
+        async with Producer.from_url(
+            redis_url, node_id=node_id, wire_version=wire_version
+        ) as producer:
+            result = await producer.enqueue(
+                queue,
+                task,
+                kwargs,
+                delay_ms=delay_ms,
+                job_id=job_id,
+                dedup_id=dedup_id,
+                dedup_ttl_ms=dedup_ttl_ms,
+                max_attempts=max_attempts,
+                timeout_ms=timeout_ms,
+                result_ttl_ms=result_ttl_ms,
+            )
+            return result.job_id + (" (duplicate)" if result.duplicate else "")
+
+    try:
+        click.echo(anyio.run(send))
+    except (EmqError, RedisError) as exc:
+        raise click.ClickException(_failure(exc, redis_url)) from exc
+
+
+main.add_command(health_command)
+main.add_command(demo_command)
+main.add_command(dashboard_command)  # imports Starlette only when it runs
+
+
+# --- admin: the verbs operators reach for (logic in emq_worker.admin.verbs) ----------------------
+
+
+for _command in admin.COMMANDS:
+    main.add_command(_command)
+for _command in control.COMMANDS:
+    main.add_command(_command)

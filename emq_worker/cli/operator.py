@@ -1,0 +1,105 @@
+"""What the operator's commands share: the --queue and --json options, job-id and queue-name
+checks (usage errors, exit 2), and running one call on a fresh, version-fenced client (an unknown
+queue or job, or a Redis error, is an error naming it: exit 1)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import click
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from emq_worker.admin import verbs
+from emq_worker.cli.options import split_queues
+from emq_worker.errors import EmqError, JobIdError, QueueNameError
+from emq_worker.protocol import ids
+from emq_worker.protocol.keys import validate_queue_name
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.connection import connect
+
+T = TypeVar("T")
+
+
+def queue_name_callback(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return validate_queue_name(value)
+    except QueueNameError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from exc
+
+
+def job_ids_callback(ctx: click.Context, param: click.Parameter, values: Any) -> Any:
+    """Check branded JOB ids (one or several) before any key is built."""
+    try:
+        if isinstance(values, str):
+            return ids.job_id(values)
+        return tuple(ids.job_id(value) for value in values)
+    except JobIdError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from exc
+
+
+admin_queue_option = click.option(
+    "--queue",
+    "-q",
+    required=True,
+    show_envvar=True,
+    envvar="EMQ_QUEUE",
+    callback=queue_name_callback,
+    help="The queue.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def run_admin(
+    redis_url: str, wire_version: str, work: Callable[[Redis, Scripts], Awaitable[T]]
+) -> T:
+    """Run one admin call on a fresh (version-fenced) client; errors exit 1 naming the value."""
+
+    async def call() -> T:
+        client = connect(redis_url, wire_version)
+        try:
+            return await work(client, Scripts())
+        finally:
+            await client.aclose()
+
+    try:
+        return anyio.run(call)
+    except EmqError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except RedisError as exc:
+        raise click.ClickException(f"redis: {exc}") from exc
+
+
+def on_queue(
+    redis_url: str, wire_version: str, queue: str, work: Callable[[Queue], Awaitable[T]]
+) -> T:
+    async def on_queue(client: Redis, scripts: Scripts) -> T:
+        return await work(await verbs.open_queue(client, scripts, queue))
+
+    return run_admin(redis_url, wire_version, on_queue)
+
+
+def dump_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def queue_names_callback(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> Any:
+    return tuple(queue_name_callback(ctx, param, name) for name in split_queues(values))
+
+
+queues_option = click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    show_envvar=True,
+    envvar="EMQ_QUEUES",
+    callback=queue_names_callback,
+    help="Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
+)

@@ -1,0 +1,78 @@
+"""Options shared by every `emq-worker` command that talks to Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from emq_worker.beat.config import DEFAULT_URL
+from emq_worker.errors import ConfigError
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.server.credentials import with_password
+
+
+def _redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """`@PATH` reads the URL from a file (a Docker or systemd secret), so a password never has
+    to appear on a command line that `ps` shows, nor in the environment. A URL without a
+    password takes one from EMQ_REDIS_PASSWORD_FILE, a systemd credential or /run/secrets."""
+    try:
+        return with_password(_url_text(value), os.environ)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def _url_text(value: str) -> str:
+    if not value.startswith("@"):
+        return value
+    path = Path(value[1:])
+    try:
+        url = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot read the Redis URL from {str(path)!r}: {exc.strerror}"
+        ) from exc
+    if not url:
+        raise click.BadParameter(f"the Redis URL file {str(path)!r} is empty")
+    return url
+
+
+redis_url_option = click.option(
+    "--redis-url",
+    show_envvar=True,
+    envvar="EMQ_REDIS_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    callback=_redis_url,
+    help="redis://, rediss:// (TLS) or unix:// URL; redis+cluster://HOST:PORT,HOST:PORT,... "
+    "(rediss+cluster:// for TLS) for a Redis/Valkey Cluster given by seed nodes; "
+    "or @PATH to read it from a file (a secret). "
+    "Keep passwords out of the command line: use the variable or a file.",
+)
+wire_version_option = click.option(
+    "--wire-version",
+    show_envvar=True,
+    envvar="EMQ_WIRE_VERSION",
+    default=DEFAULT_WIRE_VERSION,
+    show_default=True,
+    help="The {emq}:version this process speaks; a mismatch refuses to start.",
+)
+
+
+def json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, object]:
+    """A KWARGS argument: a JSON object, or a usage error (exit 2) saying what it is instead."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", ctx, param) from exc
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f"must be a JSON object; got {type(parsed).__name__}", ctx, param)
+    return parsed
+
+
+def split_queues(values: tuple[str, ...]) -> tuple[str, ...]:
+    """`--queue a --queue b`, or EMQ_QUEUES="a,b" / "a b". Only commas and spaces separate: a
+    newline or tab stays in the name, which is then refused naming it (never two queues)."""
+    return tuple(q for value in values for q in value.replace(",", " ").split(" ") if q)

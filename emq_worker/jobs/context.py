@@ -1,0 +1,89 @@
+"""The context a handler receives: which job it is running, under which fencing token, and the
+fenced writes it may make about itself (progress, job log lines)."""
+
+from __future__ import annotations
+
+import structlog
+
+from emq_worker.errors import ConfigError, FencedError
+from emq_worker.jobs.writes import LOG_KEEP, append_log, report_progress
+from emq_worker.observe.log import get_logger
+from emq_worker.protocol.names import JobId, Token
+from emq_worker.protocol.queue import HeldLease, Queue
+
+
+class JobContext:
+    """Read-only facts about the running job, a logger bound to them (made on first use, so a
+    job that never logs pays nothing for it), and `progress` / `append_log`."""
+
+    __slots__ = ("_log", "_queue", "job_id", "nonce", "payload", "queue", "task", "token")
+
+    def __init__(
+        self,
+        queue: str,
+        job_id: JobId,
+        token: Token,
+        task: str,
+        payload: bytes,
+        writer: Queue | None = None,
+        nonce: str = "",
+    ) -> None:
+        self.queue = queue
+        self.job_id = job_id
+        self.token = token
+        """The attempts value this claim got: 1 on the first run, 2 on the first retry, ..."""
+        self.task = task
+        self.payload = payload
+        """The raw payload as it is on the wire (for raw handlers; task handlers get kwargs)."""
+        self.nonce = nonce
+        """The claim's nonce: with the token, what proves this run still owns the job."""
+        self._queue = writer
+        self._log: structlog.typing.FilteringBoundLogger | None = None
+
+    @property
+    def attempt(self) -> int:
+        return int(self.token)
+
+    @property
+    def log(self) -> structlog.typing.FilteringBoundLogger:
+        """A structlog logger bound to the job (the worker's own log, not the job log)."""
+        if self._log is None:
+            self._log = get_logger(
+                queue=self.queue, job_id=self.job_id, attempts=self.token, task=self.task
+            )
+        return self._log
+
+    async def progress(self, value: int | float | dict[str, object]) -> None:
+        """Record the job's progress (a number, or a small JSON object) in the row's `progress`
+        field and publish a `progress` event on `emq:{q}:events` (at most once; nobody listening
+        is fine).
+
+        Raises FencedError when this run no longer owns the job (its lease was lost), and
+        ConfigError for a value JSON cannot hold.
+        """
+        try:
+            await report_progress(self._writer(), self._held(), value)
+        except FencedError as exc:
+            self.log.warning("progress_fenced", status=exc.status, current=exc.detail)
+            raise
+
+    async def append_log(self, line: str, *, keep: int | None = None) -> int:
+        """Append `line` to the job log (`job:<id>:logs`, read by `emq-worker logs`), keeping
+        the last `keep` lines (default 1000); returns how many lines it keeps now. The log is
+        deleted with the job (on completion or removal); a dead job keeps it.
+
+        Raises FencedError when this run no longer owns the job (its lease was lost).
+        """
+        try:
+            return await append_log(self._writer(), self._held(), line, keep or LOG_KEEP)
+        except FencedError as exc:
+            self.log.warning("job_log_fenced", status=exc.status, current=exc.detail)
+            raise
+
+    def _writer(self) -> Queue:
+        if self._queue is None:
+            raise ConfigError(f"job {self.job_id}: this context was built without a queue to write")
+        return self._queue
+
+    def _held(self) -> HeldLease:
+        return HeldLease(self.job_id, self.token, self.nonce)

@@ -1,0 +1,309 @@
+"""The producer API: enqueue jobs now, in N ms, or at a time; many in one round trip; wait for
+a job's result.
+
+Job ids are EchoMQ branded `JOB` ids minted from this process's node id. A caller-chosen id is
+idempotent: enqueueing it again reports a duplicate and keeps the original row. A `dedup_id`
+makes any enqueue idempotent: while a job parked under that key lives (until it completes or is
+removed, or for at most `dedup_ttl_ms`), enqueueing again returns that job's id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import anyio.from_thread
+from redis.asyncio import Redis
+
+from emq_worker.beat.config import DEFAULT_URL
+from emq_worker.errors import ConfigError
+from emq_worker.jobs import codec
+from emq_worker.jobs.options import JobOptions
+from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
+from emq_worker.jobs.results import wait_result
+from emq_worker.protocol.ids import DEFAULT_NODE_ID, SnowflakeMinter, job_id
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
+from emq_worker.protocol.payload_limits import check_payload_size
+from emq_worker.protocol.queue import NewJob, Queue, ScheduleMode
+from emq_worker.protocol.scripts import Scripts
+from emq_worker.retry import Backoff
+from emq_worker.server.connection import connect
+
+MAX_REMINTS = 3
+NOW: tuple[ScheduleMode, int] = ("now", 0)
+_DEDUP_ID = re.compile(r"[A-Za-z0-9._-]{1,255}")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job for `enqueue_many`: a task and its JSON kwargs, or a raw payload."""
+
+    task: str = ""
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    payload: bytes | None = None
+    delay_ms: int | None = None
+    run_at: dt.datetime | None = None
+    job_id: str | None = None
+    options: JobOptions | None = None
+    """Per-job overrides of the task's max_attempts, backoff, timeout_ms and result_ttl_ms
+    (carried in the JSON envelope; not for raw payloads)."""
+    dedup_id: str | None = None
+    """Enqueue only if no live job is parked under this key; `[A-Za-z0-9._-]{1,255}`."""
+    dedup_ttl_ms: int | None = None
+    """Release the dedup key after this long even if the job still lives (None: at completion
+    or removal only)."""
+
+
+class Enqueued(NamedTuple):
+    job_id: JobId
+    """The job that holds the place: the new one, or the one already there on a duplicate."""
+    duplicate: bool
+    """True when nothing was enqueued: a job with this (caller-chosen) id already existed, or a
+    live job is parked under the dedup id (then `job_id` is that job's id)."""
+
+
+_checked_id = job_id
+
+
+def _dedup(dedup_id: str, ttl_ms: int | None) -> tuple[str, int]:
+    if not isinstance(dedup_id, str) or not _DEDUP_ID.fullmatch(dedup_id):
+        raise ConfigError(f"dedup_id must match [A-Za-z0-9._-]{{1,255}}; got {dedup_id!r}")
+    if ttl_ms is None:
+        return dedup_id, 0
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1:
+        raise ConfigError(f"dedup_ttl_ms must be an integer >= 1 (or None); got {ttl_ms!r}")
+    return dedup_id, ttl_ms
+
+
+def _when(delay_ms: int | None, run_at: dt.datetime | None) -> tuple[ScheduleMode, int]:
+    if delay_ms is not None and run_at is not None:
+        raise ConfigError("give delay_ms or run_at, not both")
+    if delay_ms is not None:
+        if delay_ms < 0:
+            raise ConfigError(f"delay_ms must be >= 0; got {delay_ms}")
+        return ("in", delay_ms) if delay_ms else ("now", 0)
+    if run_at is not None:
+        if run_at.tzinfo is None:
+            raise ConfigError(f"run_at must be timezone-aware; got {run_at.isoformat()}")
+        return "at", int(run_at.timestamp() * 1000)
+    return "now", 0
+
+
+class Producer:
+    def __init__(self, client: Redis, *, node_id: int = DEFAULT_NODE_ID) -> None:
+        self.client = client
+        self.scripts = Scripts()
+        self.minter = SnowflakeMinter(node_id)
+        self._queues: dict[str, Queue] = {}
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str = DEFAULT_URL,
+        *,
+        node_id: int = DEFAULT_NODE_ID,
+        wire_version: str = DEFAULT_WIRE_VERSION,
+    ) -> Producer:
+        return cls(connect(url, wire_version), node_id=node_id)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def queue(self, name: str) -> Queue:
+        if name not in self._queues:
+            self._queues[name] = Queue(self.client, self.scripts, name)
+        return self._queues[name]
+
+    async def enqueue(
+        self,
+        queue: str,
+        task: str,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        delay_ms: int | None = None,
+        run_at: dt.datetime | None = None,
+        job_id: str | None = None,
+        dedup_id: str | None = None,
+        dedup_ttl_ms: int | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        timeout_ms: int | None = None,
+        result_ttl_ms: int | None = None,
+    ) -> Enqueued:
+        """Enqueue `task(**kwargs)` on `queue`, now or later (server clock for delay_ms).
+
+        `dedup_id`: enqueue only if no live job is parked under this key (else the result is a
+        duplicate naming that job). `max_attempts`, `backoff`, `timeout_ms` and `result_ttl_ms`
+        override the task's own for this job (`result_ttl_ms=0` stores no result).
+        """
+        options = None
+        if (
+            max_attempts is not None
+            or backoff is not None
+            or timeout_ms is not None
+            or result_ttl_ms is not None
+        ):
+            options = JobOptions(max_attempts, backoff, timeout_ms, result_ttl_ms)
+        spec = JobSpec(
+            task, kwargs or {}, None, delay_ms, run_at, job_id, options, dedup_id, dedup_ttl_ms
+        )
+        return (await self.enqueue_many(queue, [spec]))[0]
+
+    async def enqueue_raw(
+        self,
+        queue: str,
+        payload: bytes,
+        *,
+        delay_ms: int | None = None,
+        run_at: dt.datetime | None = None,
+        job_id: str | None = None,
+        dedup_id: str | None = None,
+        dedup_ttl_ms: int | None = None,
+    ) -> Enqueued:
+        """Enqueue opaque bytes, for a queue bound to a raw handler or a non-Python consumer."""
+        spec = JobSpec(
+            payload=payload,
+            delay_ms=delay_ms,
+            run_at=run_at,
+            job_id=job_id,
+            dedup_id=dedup_id,
+            dedup_ttl_ms=dedup_ttl_ms,
+        )
+        return (await self.enqueue_many(queue, [spec]))[0]
+
+    async def enqueue_many(self, queue: str, specs: Sequence[JobSpec]) -> list[Enqueued]:
+        """Enqueue all of `specs` in one script call (one round trip), all or none."""
+        minted = iter(self.minter.job_ids(sum(spec.job_id is None for spec in specs)))
+        jobs = [self._new_job(spec, minted) for spec in specs]
+        chosen = [spec.job_id is not None for spec in specs]
+        results: list[Enqueued | None] = [None] * len(jobs)
+        todo = list(range(len(jobs)))
+        for _ in range(MAX_REMINTS + 1):
+            flags = await self.queue(queue).enqueue([jobs[i] for i in todo])
+            retry = []
+            for i, enqueued in zip(todo, flags, strict=True):
+                if isinstance(enqueued, str):  # a live job is parked under its dedup id
+                    results[i] = Enqueued(enqueued, True)
+                elif enqueued or chosen[i]:
+                    results[i] = Enqueued(jobs[i].id, not enqueued)
+                else:
+                    # A freshly minted id collided (another producer on the same node id):
+                    # mint again rather than lose the job.
+                    jobs[i] = jobs[i]._replace(id=self.minter.job_id())
+                    retry.append(i)
+            if not retry:
+                return [result for result in results if result is not None]
+            todo = retry
+        raise ConfigError(
+            f"minted job ids kept colliding; is another producer using node_id "
+            f"{self.minter.node_id}?"
+        )
+
+    async def repeat(
+        self,
+        queue: str,
+        name: str,
+        task: str,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        every_ms: int | None = None,
+        cron: str | None = None,
+    ) -> RepeatInfo:
+        """Register (or update) the repeatable job `name` on `queue`: a `task(**kwargs)` job is
+        minted every `every_ms` ms, or at each time the cron expression names (UTC), on the
+        server clock, by whichever worker's beat finds it due; each occurrence exactly once.
+        Registering the same task, kwargs and schedule again changes nothing."""
+        schedule = Schedule(every_ms=every_ms, cron=cron)
+        return await register(self.client, queue, name, encode_payload(task, kwargs), schedule)
+
+    def _new_job(self, spec: JobSpec, minted: Iterator[JobId]) -> NewJob:
+        """The job to send for `spec`; `minted` holds the ids reserved for specs without one."""
+        if spec.payload is None:
+            payload = codec.encode(spec.task, spec.kwargs, spec.options)
+        elif spec.options is not None:
+            raise ConfigError("job options travel in the JSON envelope; a raw payload has none")
+        else:
+            payload = spec.payload
+        check_payload_size(payload)
+        if spec.delay_ms is None and spec.run_at is None:
+            mode, ms = NOW
+        else:
+            mode, ms = _when(spec.delay_ms, spec.run_at)
+        new_id = job_id(spec.job_id) if spec.job_id is not None else next(minted)
+        if spec.dedup_id is None:
+            if spec.dedup_ttl_ms is not None:
+                raise ConfigError("dedup_ttl_ms needs a dedup_id")
+            return NewJob(new_id, payload, mode, ms)
+        return NewJob(new_id, payload, mode, ms, *_dedup(spec.dedup_id, spec.dedup_ttl_ms))
+
+    async def result(self, job_id: str, *, queue: str, timeout: float = 30.0) -> Any:  # noqa: ASYNC109
+        """Wait up to `timeout` seconds for the return value of a job whose task (or enqueue)
+        set `result_ttl_ms`, and return it (decoded JSON). Blocks on the server, not a poll.
+
+        Raises ResultTimeoutError when the job has not completed by then (it may still);
+        JobFailedError, with `last_error`, when the job is dead; ResultUnavailableError when
+        no result exists and none will come (completed without storing one, expired, removed,
+        never enqueued on `queue`, or a return value JSON cannot hold).
+        """
+        if timeout < 0:
+            raise ConfigError(f"timeout must be >= 0 seconds; got {timeout}")
+        return await wait_result(self.queue(queue), _checked_id(job_id), timeout)
+
+
+class SyncProducer:
+    """A blocking facade over Producer for code without an event loop (a portal thread)."""
+
+    def __init__(self, portal: anyio.from_thread.BlockingPortal, producer: Producer) -> None:
+        self._portal = portal
+        self._producer = producer
+
+    def enqueue(
+        self, queue: str, task: str, kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> Enqueued:
+        return self._portal.call(lambda: self._producer.enqueue(queue, task, kwargs, **options))
+
+    def enqueue_raw(self, queue: str, payload: bytes, **options: Any) -> Enqueued:
+        return self._portal.call(lambda: self._producer.enqueue_raw(queue, payload, **options))
+
+    def enqueue_many(self, queue: str, specs: Sequence[JobSpec]) -> list[Enqueued]:
+        return self._portal.call(self._producer.enqueue_many, queue, specs)
+
+    def repeat(
+        self, queue: str, name: str, task: str, kwargs: Mapping[str, Any] | None = None, **when: Any
+    ) -> RepeatInfo:
+        return self._portal.call(lambda: self._producer.repeat(queue, name, task, kwargs, **when))
+
+    def result(self, job_id: str, *, queue: str, timeout: float = 30.0) -> Any:
+        return self._portal.call(
+            lambda: self._producer.result(job_id, queue=queue, timeout=timeout)
+        )
+
+
+@contextmanager
+def sync_producer(
+    url: str = DEFAULT_URL,
+    *,
+    node_id: int = DEFAULT_NODE_ID,
+    wire_version: str = DEFAULT_WIRE_VERSION,
+) -> Iterator[SyncProducer]:
+    """`with sync_producer(url) as p: p.enqueue("orders", "charge", {...})`."""
+    with anyio.from_thread.start_blocking_portal() as portal:
+        producer = portal.call(lambda: _make(url, node_id, wire_version))
+        try:
+            yield SyncProducer(portal, producer)
+        finally:
+            portal.call(producer.aclose)
+
+
+async def _make(url: str, node_id: int, wire_version: str) -> Producer:
+    return Producer.from_url(url, node_id=node_id, wire_version=wire_version)

@@ -1,0 +1,214 @@
+"""The task registry: an App maps task names (and raw queues) to handlers and their policies."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
+
+from emq_worker.errors import AppImportError, ConfigError, PayloadError, UnknownTaskError
+from emq_worker.protocol.keys import validate_queue_name
+from emq_worker.retry import Backoff
+
+Handler = Callable[..., Awaitable[Any]] | Callable[..., Any]
+F = TypeVar("F", bound=Handler)
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    name: str
+    fn: Handler
+    is_async: bool
+    signature: inspect.Signature
+    max_attempts: int | None = None
+    backoff: Backoff | None = None
+    timeout_ms: int | None = None
+    result_ttl_ms: int | None = None
+    """Store the handler's return value for this long (opt-in; None stores nothing)."""
+    keyword_names: tuple[frozenset[str], frozenset[str]] | None = field(
+        init=False, repr=False, compare=False
+    )
+    """(required, accepted) kwargs names, for the cheap per-job check; None: use bind()."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keyword_names", _keyword_names(self.signature))
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigError(
+                f"task {self.name!r}: max_attempts must be >= 1; got {self.max_attempts}"
+            )
+        if self.timeout_ms is not None and self.timeout_ms < 1:
+            raise ConfigError(f"task {self.name!r}: timeout_ms must be >= 1; got {self.timeout_ms}")
+        if self.result_ttl_ms is not None and (
+            isinstance(self.result_ttl_ms, bool)
+            or not isinstance(self.result_ttl_ms, int)
+            or self.result_ttl_ms < 1
+        ):
+            raise ConfigError(
+                f"task {self.name!r}: result_ttl_ms must be an integer >= 1 (or None to store no "
+                f"result); got {self.result_ttl_ms!r}"
+            )
+
+    def check_kwargs(self, ctx: object, kwargs: dict[str, Any]) -> None:
+        """Raise PayloadError when the payload's kwargs cannot call this handler."""
+        names = self.keyword_names
+        if names is not None:
+            required, accepted = names
+            if required <= kwargs.keys() <= accepted:
+                return  # the common case, checked without building a BoundArguments
+        try:
+            self.signature.bind(ctx, **kwargs)
+        except TypeError as exc:
+            raise PayloadError(
+                f"kwargs do not fit task {self.name!r}{self.signature}: {exc}"
+            ) from exc
+
+
+@dataclass(slots=True)
+class App:
+    """Handlers by name: `@app.task` (JSON envelope), `@app.raw_handler("queue")` (raw bytes)."""
+
+    tasks: dict[str, Task] = field(default_factory=dict)
+    raw: dict[str, Task] = field(default_factory=dict)
+
+    @overload
+    def task(self, fn: F, /) -> F: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        timeout_ms: int | None = None,
+        result_ttl_ms: int | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def task(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        timeout_ms: int | None = None,
+        result_ttl_ms: int | None = None,
+    ) -> F | Callable[[F], F]:
+        """Register a handler `fn(ctx, **kwargs)` under `name` (default: its own name).
+
+        `max_attempts`, `backoff` and `timeout_ms` override the worker's defaults for this task;
+        `result_ttl_ms` stores the handler's return value (JSON) for that long, for
+        `Producer.result`. A producer can override each per job (`Producer.enqueue`).
+        """
+
+        def register(handler: F) -> F:
+            task = _make_task(
+                name or handler.__name__, handler, max_attempts, backoff, timeout_ms, result_ttl_ms
+            )
+            if task.name in self.tasks:
+                raise ConfigError(f"task {task.name!r} is registered twice")
+            self.tasks[task.name] = task
+            return handler
+
+        return register(fn) if fn is not None else register
+
+    def raw_handler(
+        self,
+        queue: str,
+        *,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        timeout_ms: int | None = None,
+        result_ttl_ms: int | None = None,
+    ) -> Callable[[F], F]:
+        """Bind `queue` to one handler `fn(ctx)` that reads `ctx.payload` as raw bytes
+        (for jobs enqueued by other EchoMQ clients)."""
+        validate_queue_name(queue)
+
+        def register(handler: F) -> F:
+            self.raw[queue] = _make_task(
+                queue, handler, max_attempts, backoff, timeout_ms, result_ttl_ms
+            )
+            return handler
+
+        return register
+
+    def most_attempts(self, default: int) -> int:
+        """The largest max_attempts any handler may use: the reaper's crash-loop cap, so a lapsed
+        lease never dead-letters a job that its task would still retry."""
+        declared = [t.max_attempts for t in (*self.tasks.values(), *self.raw.values())]
+        return max([default, *(n for n in declared if n is not None)])
+
+    def lookup(self, name: str) -> Task:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise UnknownTaskError(f"unknown task {name!r} (registered: {known})") from None
+
+
+def _keyword_names(
+    signature: inspect.Signature,
+) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(required, accepted) keyword names after the context parameter, or None when the
+    signature needs the general check (*args, **kwargs, positional-only parameters)."""
+    params = list(signature.parameters.values())[1:]
+    keyword_kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if not signature.parameters or any(p.kind not in keyword_kinds for p in params):
+        return None
+    required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+    return required, frozenset(p.name for p in params)
+
+
+def _make_task(
+    name: str,
+    fn: Handler,
+    max_attempts: int | None,
+    backoff: Backoff | None,
+    timeout_ms: int | None,
+    result_ttl_ms: int | None = None,
+) -> Task:
+    return Task(
+        name=name,
+        fn=fn,
+        is_async=inspect.iscoroutinefunction(fn),
+        signature=inspect.signature(fn),
+        max_attempts=max_attempts,
+        backoff=backoff,
+        timeout_ms=timeout_ms,
+        result_ttl_ms=result_ttl_ms,
+    )
+
+
+def load_app(path: str, app_dir: str | None = None) -> App:
+    """Import `module:attr` and return the App it names, or raise AppImportError saying why.
+
+    `app_dir` goes first on sys.path (as uvicorn's --app-dir): a console script's sys.path starts
+    with its own bin directory, not the working directory.
+    """
+    if app_dir is not None:
+        directory = os.path.abspath(app_dir)
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise AppImportError(f"--app must look like module.path:attribute; got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppImportError(
+            f"cannot import module {module_name!r} for --app {path!r}: {exc}"
+        ) from exc
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise AppImportError(
+            f"--app {path!r} must name an emq_worker.App; got {type(app).__name__}"
+        )
+    return app

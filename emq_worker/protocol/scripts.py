@@ -1,0 +1,176 @@
+"""The Lua scripts: read from `lua/*.lua` at start-up, loaded once, called by EVALSHA.
+
+Each script's header declares its `KEYS[i] =` lines; the loader checks that count against the
+number of keys the Python side declares, so a wrapper and its script cannot drift apart. On
+NOSCRIPT (server restart, failover, SCRIPT FLUSH) the script is loaded again and the call retried
+once. Error replies whose text starts with an EchoMQ class word become typed exceptions here, in
+exactly one place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, ResponseError
+
+from emq_worker.errors import (
+    KindError,
+    LockedError,
+    ProtocolReplyError,
+    ScriptError,
+    StateError,
+)
+from emq_worker.server.cluster import ClusterUnavailableError, is_moving
+
+_INCLUDE = re.compile(r"^--- @include (\w+)\s*$", re.MULTILINE)
+_KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\] = ", re.MULTILINE)
+_ERROR_CLASSES: Final[dict[str, type[ProtocolReplyError]]] = {
+    "EMQKIND": KindError,
+    "EMQLOCK": LockedError,
+    "EMQSTATE": StateError,
+}
+
+KEY_COUNTS: Final[dict[str, int]] = {
+    "enqueue": 6,
+    "claim": 7,
+    "renew": 2,
+    "settle": 7,
+    "release": 3,
+    "withdraw": 4,
+    "reap": 6,
+    "promote": 3,
+    "remove": 5,
+    "reprocess": 4,
+    "progress": 1,
+    "joblog": 1,
+    "repeat": 3,
+    "repeat_due": 1,
+}
+"""How many KEYS each verb's Python wrapper passes; checked against each script's header."""
+
+ArgValue = str | bytes | int
+
+
+@dataclass(frozen=True, slots=True)
+class LuaScript:
+    name: str
+    source: str
+    sha: str
+    key_count: int
+
+
+def read_source(name: str) -> str:
+    """`lua/<name>.lua`, each `--- @include x` line replaced by `lua/includes/x.lua`."""
+    folder = resources.files("emq_worker.protocol") / "lua"
+    try:
+        text = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ScriptError(f"no Lua script for verb {name!r} (lua/{name}.lua)") from exc
+
+    def include(match: re.Match[str]) -> str:
+        return (folder / "includes" / f"{match.group(1)}.lua").read_text(encoding="utf-8")
+
+    return _INCLUDE.sub(include, text)
+
+
+def declared_key_count(source: str) -> int:
+    """The number of `-- KEYS[i] =` lines in a script's header (they must run 1..n)."""
+    numbers = [int(n) for n in _KEY_LINE.findall(source)]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise ScriptError(f"KEYS lines must be numbered 1..n in order; got {numbers}")
+    return len(numbers)
+
+
+def build(name: str) -> LuaScript:
+    source = read_source(name)
+    declared = declared_key_count(source)
+    expected = KEY_COUNTS[name]
+    if declared != expected:
+        raise ScriptError(
+            f"lua/{name}.lua declares {declared} KEYS but its wrapper passes {expected}"
+        )
+    sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
+    return LuaScript(name=name, source=source, sha=sha, key_count=declared)
+
+
+def typed_error(error: ResponseError) -> Exception:
+    """Map an error reply to a typed exception; an unknown reply stays a ResponseError."""
+    text = str(error)
+    word, _, detail = text.partition(" ")
+    error_class = _ERROR_CLASSES.get(word)
+    if error_class is not None:
+        return error_class(word, detail)
+    if word.startswith("EMQ"):
+        return ProtocolReplyError(word, detail)
+    if is_moving(error):
+        return ClusterUnavailableError(text)  # a pipelined call met a slot in motion: retry later
+    return error
+
+
+class Scripts:
+    """Every verb's script, built once; `call` runs one by EVALSHA with NOSCRIPT recovery."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, LuaScript] = {name: build(name) for name in KEY_COUNTS}
+
+    async def load_all(self, client: Redis) -> None:
+        """SCRIPT LOAD every script; fail fast naming the file the server rejects."""
+        for script in self.by_name.values():
+            await self._load(client, script)
+
+    async def _load(self, client: Redis, script: LuaScript) -> None:
+        try:
+            sha = await client.script_load(script.source)
+        except ResponseError as exc:
+            raise ScriptError(f"the server rejected lua/{script.name}.lua: {exc}") from exc
+        if isinstance(sha, bytes):
+            sha = sha.decode()
+        if sha != script.sha:
+            raise ScriptError(f"SCRIPT LOAD of lua/{script.name}.lua returned sha {sha}")
+
+    async def call(
+        self, client: Redis, name: str, keys: Sequence[str], args: Sequence[ArgValue]
+    ) -> Any:
+        script = self.by_name[name]
+        if len(keys) != script.key_count:
+            raise ScriptError(f"{name} takes {script.key_count} keys; got {len(keys)}")
+        try:
+            try:
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                await self._load(client, script)
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except ResponseError as exc:
+            raise typed_error(exc) from exc
+
+    async def call_pipelined(
+        self, client: Redis, name: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
+    ) -> list[Any]:
+        """Several calls of one script in one round trip (a pipeline of EVALSHAs).
+
+        A pipeline gets no NOSCRIPT recovery from the server's side, so on NOSCRIPT the script is
+        loaded and the whole pipeline sent again: only for idempotent verbs (renew).
+        """
+        script = self.by_name[name]
+        for _ in range(2):
+            async with client.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    # Not pipe.evalsha: redis-py's cluster pipeline blocks that method, though it
+                    # routes EVALSHA by its keys like any keyed command.
+                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                replies: list[Any] = await pipe.execute(raise_on_error=False)
+            if not any(isinstance(reply, NoScriptError) for reply in replies):
+                break
+            await self._load(client, script)
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                raise typed_error(reply) from reply
+            if isinstance(reply, Exception):
+                raise reply  # a cluster re-sent a redirected call alone, and it failed
+        return replies

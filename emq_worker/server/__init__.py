@@ -1,0 +1,1 @@
+"""Reaching Valkey/Redis: connections, cluster routing, credentials, and sorting server errors."""

@@ -1,0 +1,179 @@
+"""Builds Redis clients. The only module that constructs one.
+
+Every connection, first or re-made after a drop, runs the EchoMQ version fence before any caller
+command: GET `{emq}:version`; when absent, SET NX and read it back; any other value is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool
+from redis.connection import HiredisRespSerializer
+from redis.exceptions import RedisError
+from redis.utils import HIREDIS_AVAILABLE
+
+if HIREDIS_AVAILABLE:
+    import hiredis
+
+from emq_worker.errors import ConfigError, VersionFenceError
+from emq_worker.observe.log import get_logger
+from emq_worker.protocol.keys import VERSION_KEY
+from emq_worker.server.cluster import (
+    CLUSTER_SCHEMES,
+    connect_cluster,
+    is_cluster_url,
+    parse_cluster_url,
+)
+
+SCHEMES = ("redis", "rediss", "unix")
+POOL_WAIT_S = 20.0
+"""How long a command waits for a free pooled connection before it fails."""
+
+
+def redacted(url: str) -> str:
+    """The URL with any password replaced by `***`, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+
+
+def validate_url(url: str) -> str:
+    scheme = urlsplit(url).scheme
+    if scheme in CLUSTER_SCHEMES:
+        parse_cluster_url(url)
+        return url
+    if scheme not in SCHEMES:
+        raise ConfigError(
+            f"redis URL scheme must be one of {', '.join(SCHEMES + CLUSTER_SCHEMES)}; "
+            f"got {scheme or '(none)'!r} in {redacted(url)!r}"
+        )
+    return url
+
+
+async def _read(conn: AbstractConnection, *command: str) -> Any:
+    await conn.send_command(*command)
+    return await conn.read_response()
+
+
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def check_version(conn: AbstractConnection, wire_version: str) -> None:
+    """The version fence on one connection; never overwrites a present value."""
+    found = _text(await _read(conn, "GET", VERSION_KEY))
+    if found is None:
+        await _read(conn, "SET", VERSION_KEY, wire_version, "NX")
+        found = _text(await _read(conn, "GET", VERSION_KEY))
+    if found != wire_version:
+        raise VersionFenceError(wire_version, found)
+
+
+class RestartWatch:
+    """Notices a server restart: a (re)connection that finds another `run_id` than the last
+    one this client saw logs `server_restarted` once. Without persistence the data is gone: the
+    leases held are refused at the next renewal and the version fence is set again."""
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+
+    async def check(self, conn: AbstractConnection) -> None:
+        try:
+            info = _text(await _read(conn, "INFO", "server")) or ""
+        except RedisError:
+            return  # INFO denied (an ACL) or unsupported: restarts go unnoticed, nothing else
+        run_id = next(
+            (line[7:].strip() for line in info.splitlines() if line.startswith("run_id:")), None
+        )
+        if run_id is None:
+            return
+        if self.run_id is not None and run_id != self.run_id:
+            get_logger().warning(
+                "server_restarted",
+                previous_run_id=self.run_id,
+                run_id=run_id,
+                note="without persistence its data is gone; held leases are re-checked at the "
+                "next renewal and refused writes are logged",
+            )
+        self.run_id = run_id
+
+
+def connect(
+    url: str,
+    wire_version: str,
+    *,
+    socket_timeout_s: float | None = None,
+    max_connections: int = 32,
+    **options: Any,
+) -> Redis:
+    """A client whose every (re)connection is fenced on `{emq}:version`.
+
+    Bytes in, bytes out (payloads are opaque). `socket_timeout_s` must exceed the longest
+    blocking command the caller sends (the supervisor's park). The pool blocks when all
+    `max_connections` are busy instead of failing, so a burst of concurrent settles waits its
+    turn rather than erroring.
+
+    A `redis+cluster://` URL gets a cluster client instead (server.cluster), fenced once per
+    discovery of the cluster rather than per connection.
+    """
+    validate_url(url)
+    if is_cluster_url(url):
+        return connect_cluster(
+            url,
+            wire_version,
+            socket_timeout_s=socket_timeout_s,
+            max_connections=max_connections,
+            wrap_connection=_packed_by_hiredis,
+        )
+
+    restarts = RestartWatch()
+
+    async def fenced_on_connect(conn: AbstractConnection) -> None:
+        await conn.on_connect()
+        await check_version(conn, wire_version)
+        await restarts.check(conn)
+
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=POOL_WAIT_S,
+        decode_responses=False,
+        socket_timeout=socket_timeout_s,
+        socket_connect_timeout=5.0,
+        redis_connect_func=fenced_on_connect,
+        **options,
+    )
+    pool.connection_class = _packed_by_hiredis(pool.connection_class)
+    return Redis.from_pool(pool)
+
+
+class _HiredisPack:
+    """Packs commands with hiredis' C packer, as redis-py's sync client does; its asyncio
+    connections pack in Python, which costs more than the rest of a batch call's client work."""
+
+    _serializer = HiredisRespSerializer()
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        command = args[0]
+        if (" " if isinstance(command, str) else b" ") in command:
+            return self._general(*args)  # "SCRIPT LOAD" and the like: redis-py splits them
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError:
+            return self._general(*args)  # a memoryview or bytearray argument
+
+    def _general(self, *args: Any) -> list[bytes]:
+        packed: list[bytes] = self._serializer.pack(*args)
+        return packed
+
+
+def _packed_by_hiredis(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:
+    if not HIREDIS_AVAILABLE:
+        return connection_class
+    return type(f"HiredisPacked{connection_class.__name__}", (_HiredisPack, connection_class), {})
