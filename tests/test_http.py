@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer, Worker, WorkerSettings
-from emq_worker.beat.supervisor import BACKOFF_CAP_S
+from emq_worker.beat.queue_health import BACKOFF_CAP_S
 from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
 from emq_worker.observe.exposition import DURATION_LE, BeatNotifier
@@ -227,9 +227,9 @@ async def test_unknown_paths_and_methods_are_refused(redis_url: str, queue_name:
 
 
 def test_beat_is_stale_after_three_beats_and_the_longest_reconnect_pause() -> None:
-    assert beat_stale(None, 10.0, 1.0) == "the beat has not run yet"
-    assert beat_stale(10.0, 10.0 + BEATS_FRESH * 1.0 + BACKOFF_CAP_S, 1.0) is None
-    reason = beat_stale(10.0, 18.5, 1.0)
+    assert beat_stale(None, 10.0, 1.0, BACKOFF_CAP_S) == "the beat has not run yet"
+    assert beat_stale(10.0, 10.0 + BEATS_FRESH * 1.0 + BACKOFF_CAP_S, 1.0, BACKOFF_CAP_S) is None
+    reason = beat_stale(10.0, 18.5, 1.0, BACKOFF_CAP_S)
     assert reason == (
         "the beat last ran 8.5 s ago, more than 3 beats of 1 s plus 5 s of reconnect backoff"
     )
@@ -248,7 +248,7 @@ async def test_healthz_fails_when_the_beat_stalls(redis_url: str, queue_name: st
         assert worker.http is not None
         beat = worker.http.collector.beat
         clock = FakeClock()
-        stalled = BeatNotifier(Notifier(), clock)
+        stalled = BeatNotifier(Notifier(), clock, beat.beat_s, beat.grace_s)
         stalled.watchdog()
         worker.http.collector.beat = stalled
         clock.now += 3 * worker.settings.beat_ms / 1000 + BACKOFF_CAP_S + 0.5

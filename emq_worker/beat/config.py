@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emq_worker.errors import ConfigError
+from emq_worker.observe.http import parse_host_port
 from emq_worker.protocol.ids import DEFAULT_NODE_ID, MAX_NODE_ID
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.retry import DEFAULT_BACKOFF, Backoff
-from emq_worker.server.connection import validate_url
-
-DEFAULT_URL = "redis://localhost:6379/0"
+from emq_worker.server.connection import DEFAULT_URL, validate_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +79,6 @@ class WorkerSettings:
     def receipt_ms(self) -> int:
         """How long a settle receipt answers a re-sent complete/fail."""
         return max(60_000, 2 * self.lease_ms)
-
-
-def parse_host_port(value: str) -> tuple[str, int]:
-    """`HOST:PORT` (`[::1]:PORT` for IPv6) as (host, port); port 0 asks for any free port."""
-    host, sep, port = value.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"http must be HOST:PORT, e.g. 127.0.0.1:9464; got {value!r}")
-    return host, int(port)
 
 
 def _at_least(name: str, value: int, low: int) -> None:

@@ -8,6 +8,7 @@ for a whole lease, the worker gives its leases up itself: the server has already
 from __future__ import annotations
 
 import anyio
+from prometheus_client import CollectorRegistry, Histogram
 
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.lease import Lease, LeaseBook, SlotSignal
@@ -139,3 +140,37 @@ def _another_holder(current: str, token: int) -> bool:
     ("<attempts>:<nonce>"); False when the row is gone or merely no longer active."""
     attempts = current.partition(":")[0]
     return attempts.isdigit() and (attempts != str(token) or ":" in current)
+
+
+SWEEP_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+SWEEP_LEASES_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
+class MeteredSweep(RenewalSweep):
+    """The renewal sweep, timing each tick and counting the leases it renewed."""
+
+    seconds: Histogram
+    leases: Histogram
+
+    def meter(self, registry: CollectorRegistry) -> MeteredSweep:
+        self.seconds = Histogram(
+            "emq_renew_sweep_seconds",
+            "Time one renewal sweep took (all queues).",
+            buckets=SWEEP_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.leases = Histogram(
+            "emq_renew_sweep_leases",
+            "Leases held when a renewal sweep ran.",
+            buckets=SWEEP_LEASES_BUCKETS,
+            registry=registry,
+        )
+        return self
+
+    async def tick(self) -> None:
+        held = len(self.book)
+        started = self.clock.monotonic()
+        await super().tick()
+        if held:
+            self.seconds.observe(self.clock.monotonic() - started)
+            self.leases.observe(held)

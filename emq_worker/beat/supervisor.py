@@ -25,7 +25,6 @@ from emq_worker.beat.jobgroup import JobGroup
 from emq_worker.beat.lease import LeaseBook, SlotSignal
 from emq_worker.beat.offers import Offers, offer_ms
 from emq_worker.beat.presence import Presence, WorkerRegistry
-from emq_worker.beat.queue_health import BACKOFF_CAP_S as BACKOFF_CAP_S
 from emq_worker.beat.queue_health import backoff_s
 from emq_worker.beat.runner import JobRunner
 from emq_worker.beat.upkeep import QueueUpkeep

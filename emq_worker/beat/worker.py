@@ -19,13 +19,14 @@ from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.jobgroup import JobGroup
 from emq_worker.beat.lease import LeaseBook, SlotSignal
 from emq_worker.beat.presence import WorkerRegistry
-from emq_worker.beat.renewal import RenewalSweep
+from emq_worker.beat.queue_health import BACKOFF_CAP_S
+from emq_worker.beat.renewal import MeteredSweep, RenewalSweep
 from emq_worker.beat.runner import JobRunner
 from emq_worker.beat.settle import SettleBatcher
 from emq_worker.beat.supervisor import Supervisor
 from emq_worker.jobs.tasks import App
 from emq_worker.observe.clock import Clock, MonotonicClock
-from emq_worker.observe.exposition import BeatNotifier, MeteredSweep, WorkerCollector
+from emq_worker.observe.exposition import BeatNotifier, WorkerCollector
 from emq_worker.observe.http import HttpEndpoint
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.looplag import LoopLag, warn_after_ms
@@ -145,7 +146,11 @@ class Worker:
         batcher = SettleBatcher(queues, book, slots, settings, self.counters)
         runner = JobRunner(self.app, batcher, settings, self._rng)
         registry = CollectorRegistry(auto_describe=True) if settings.http else None
-        beat = BeatNotifier(self.notifier, self._clock) if registry is not None else None
+        beat = (
+            BeatNotifier(self.notifier, self._clock, settings.beat_ms / 1000, BACKOFF_CAP_S)
+            if registry is not None
+            else None
+        )
         supervisor = Supervisor(
             client,
             list(queues.values()),
@@ -167,7 +172,10 @@ class Worker:
         collector = WorkerCollector(self.counters, book, beat)
         collector.loop_lag = self.loop_lag
         registry.register(collector)
-        http = HttpEndpoint(settings, client, queues, collector, registry, lambda: self.stopping)
+        assert settings.http is not None
+        http = HttpEndpoint(
+            settings.http, client, queues, collector, registry, lambda: self.stopping
+        )
         return Parts(queues, book, batcher, supervisor, sweep, http)
 
     async def _serve(self, parts: Parts) -> None:

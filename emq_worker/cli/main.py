@@ -13,18 +13,18 @@ from emq_worker.beat import daemon
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.cli import admin, control
 from emq_worker.cli.dashboard import dashboard as dashboard_command
+from emq_worker.cli.demo import demo as demo_command
+from emq_worker.cli.health import health as health_command
 from emq_worker.cli.options import (
     json_object,
     redis_url_option,
     split_queues,
     wire_version_option,
 )
-from emq_worker.demo import demo as demo_command
 from emq_worker.errors import EmqError
 from emq_worker.jobs.producer import Producer
 from emq_worker.jobs.tasks import load_app
 from emq_worker.observe import log
-from emq_worker.observe.http import health as health_command
 from emq_worker.protocol.ids import DEFAULT_NODE_ID
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.retry import format_backoff, parse_backoff

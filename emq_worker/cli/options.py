@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
-from emq_worker.beat.config import DEFAULT_URL
 from emq_worker.errors import ConfigError
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.server.connection import DEFAULT_URL
 from emq_worker.server.credentials import with_password
 
 

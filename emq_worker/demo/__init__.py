@@ -1,4 +1,4 @@
-"""`emq-worker demo`: the lease story, replayed with real jobs on a throwaway redis-server.
+"""The lease story, replayed with real jobs on a throwaway redis-server.
 
 It starts `valkey-server` or `redis-server` from PATH on a free port in a temporary directory
 (persistence off), runs real workers (in-process, and `emq-worker run` subprocesses it kills and
@@ -9,7 +9,6 @@ freezes), and prints what happened to one job per story, as measured: the worker
 `demo_app` is the handlers' App: `emq-worker run --app emq_worker.demo.app:demo_app`.
 """
 
-from emq_worker.cli.demo import demo
 from emq_worker.demo.app import demo_app
 
-__all__ = ["demo", "demo_app"]
+__all__ = ["demo_app"]

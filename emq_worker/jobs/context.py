@@ -7,7 +7,6 @@ import structlog
 
 from emq_worker.errors import ConfigError, FencedError
 from emq_worker.jobs.writes import LOG_KEEP, append_log, report_progress
-from emq_worker.observe.log import get_logger
 from emq_worker.protocol.names import JobId, Token
 from emq_worker.protocol.queue import HeldLease, Queue
 
@@ -48,7 +47,7 @@ class JobContext:
     def log(self) -> structlog.typing.FilteringBoundLogger:
         """A structlog logger bound to the job (the worker's own log, not the job log)."""
         if self._log is None:
-            self._log = get_logger(
+            self._log = structlog.get_logger("emq_worker").bind(
                 queue=self.queue, job_id=self.job_id, attempts=self.token, task=self.task
             )
         return self._log

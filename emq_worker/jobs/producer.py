@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 import anyio.from_thread
 from redis.asyncio import Redis
 
-from emq_worker.beat.config import DEFAULT_URL
 from emq_worker.errors import ConfigError
 from emq_worker.jobs import codec
 from emq_worker.jobs.options import JobOptions
@@ -31,7 +30,7 @@ from emq_worker.protocol.payload_limits import check_payload_size
 from emq_worker.protocol.queue import NewJob, Queue, ScheduleMode
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.retry import Backoff
-from emq_worker.server.connection import connect
+from emq_worker.server.connection import DEFAULT_URL, connect
 
 MAX_REMINTS = 3
 NOW: tuple[ScheduleMode, int] = ("now", 0)

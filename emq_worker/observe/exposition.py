@@ -2,30 +2,24 @@
 that reads them when scraped.
 
 - `BeatNotifier` notes when the beat last ran (for `emq_beat_lag_seconds` and `/healthz`).
-- `MeteredSweep` times each renewal sweep and counts the leases it renewed.
 - `WorkerCollector` turns the worker's `Counters`, lease book, beat, event-loop lag and the last
   queue depths into metric families, so the job path pays nothing for them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 
-from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from emq_worker.beat.lease import LeaseBook
-from emq_worker.beat.renewal import RenewalSweep
 from emq_worker.observe.clock import Clock
 from emq_worker.observe.looplag import LoopLag
 from emq_worker.observe.metrics import DURATION_BUCKETS, Counters
 from emq_worker.observe.sdnotify import Notifier
 from emq_worker.protocol.queue import Counts
 
-SWEEP_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-SWEEP_LEASES_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 DURATION_LE = (*(repr(float(bound)) for bound in DURATION_BUCKETS), "+Inf")
 """The `le` labels of emq_job_duration_seconds, as prometheus-client writes them."""
 
@@ -34,10 +28,13 @@ class BeatNotifier(Notifier):
     """Passes everything to the service manager's notifier and notes when the beat last ran
     (the supervisor pings the watchdog once per pass)."""
 
-    def __init__(self, inner: Notifier, clock: Clock) -> None:
+    def __init__(self, inner: Notifier, clock: Clock, beat_s: float, grace_s: float) -> None:
         super().__init__(clock=clock)
         self.inner = inner
         self.clock = clock
+        self.beat_s = beat_s
+        self.grace_s = grace_s
+        """How long the beat may pause beyond its cadence (the longest reconnect backoff)."""
         self.last_beat: float | None = None
 
     @property
@@ -61,40 +58,10 @@ class BeatNotifier(Notifier):
         self.inner.close()
 
 
-class MeteredSweep(RenewalSweep):
-    """The renewal sweep, timing each tick and counting the leases it renewed."""
-
-    seconds: Histogram
-    leases: Histogram
-
-    def meter(self, registry: CollectorRegistry) -> MeteredSweep:
-        self.seconds = Histogram(
-            "emq_renew_sweep_seconds",
-            "Time one renewal sweep took (all queues).",
-            buckets=SWEEP_SECONDS_BUCKETS,
-            registry=registry,
-        )
-        self.leases = Histogram(
-            "emq_renew_sweep_leases",
-            "Leases held when a renewal sweep ran.",
-            buckets=SWEEP_LEASES_BUCKETS,
-            registry=registry,
-        )
-        return self
-
-    async def tick(self) -> None:
-        held = len(self.book)
-        started = self.clock.monotonic()
-        await super().tick()
-        if held:
-            self.seconds.observe(self.clock.monotonic() - started)
-            self.leases.observe(held)
-
-
 class WorkerCollector(Collector):
     """Reads the worker's counters, lease book, beat and last queue depths when scraped."""
 
-    def __init__(self, counters: Counters, book: LeaseBook, beat: BeatNotifier) -> None:
+    def __init__(self, counters: Counters, book: Sized, beat: BeatNotifier) -> None:
         self.counters = counters
         self.book = book
         self.beat = beat

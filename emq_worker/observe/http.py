@@ -6,24 +6,20 @@
 - `/readyz`: 200 when scripts are loaded, Redis answers a PING and the worker is not stopping.
 
 One GET per connection: the request line is parsed, headers are skipped, the reply carries a
-Content-Length and the connection is closed. `health` is the command that probes `/healthz`.
+Content-Length and the connection is closed. `emq-worker health` (cli/) probes `/healthz`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 
 import anyio
-import click
 from anyio.abc import TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from emq_worker.beat.config import WorkerSettings, parse_host_port
-from emq_worker.beat.supervisor import BACKOFF_CAP_S
 from emq_worker.errors import ConfigError
 from emq_worker.observe.exposition import WorkerCollector
 from emq_worker.observe.log import get_logger
@@ -33,24 +29,32 @@ BEATS_FRESH = 3
 """/healthz fails once the beat has not run for this many beats."""
 READ_TIMEOUT_S = 5.0
 PING_TIMEOUT_S = 1.0
-MAX_LINE = 8192
 TEXT = "text/plain; charset=utf-8"
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 REASONS[503] = "Service Unavailable"
 
 
-def beat_stale(last_beat: float | None, now: float, beat_s: float) -> str | None:
-    """Why the beat is not alive (None when it ran within the last BEATS_FRESH beats, plus the
-    longest pause the beat takes while Redis is unreachable: an outage is not a wedged worker,
-    and a liveness probe must not restart it for one)."""
+def parse_host_port(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:PORT` for IPv6) as (host, port); port 0 asks for any free port."""
+    host, sep, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"http must be HOST:PORT, e.g. 127.0.0.1:9464; got {value!r}")
+    return host, int(port)
+
+
+def beat_stale(last_beat: float | None, now: float, beat_s: float, grace_s: float) -> str | None:
+    """Why the beat is not alive (None when it ran within the last BEATS_FRESH beats, plus
+    `grace_s`, the longest pause the beat takes while Redis is unreachable: an outage is not a
+    wedged worker, and a liveness probe must not restart it for one)."""
     if last_beat is None:
         return "the beat has not run yet"
     age = now - last_beat
-    allowed = BEATS_FRESH * beat_s + BACKOFF_CAP_S
+    allowed = BEATS_FRESH * beat_s + grace_s
     if age > allowed:
         return (
             f"the beat last ran {age:.1f} s ago, more than {BEATS_FRESH} beats of {beat_s:g} s "
-            f"plus {BACKOFF_CAP_S:g} s of reconnect backoff"
+            f"plus {grace_s:g} s of reconnect backoff"
         )
     return None
 
@@ -60,14 +64,14 @@ class HttpEndpoint:
 
     def __init__(
         self,
-        settings: WorkerSettings,
+        address: str,
         client: Redis,
         queues: dict[str, Queue],
         collector: WorkerCollector,
         registry: CollectorRegistry,
         stopping: Callable[[], bool],
     ) -> None:
-        self.settings = settings
+        self.address = address
         self.client = client
         self.queues = queues
         self.collector = collector
@@ -78,8 +82,7 @@ class HttpEndpoint:
         self._handlers: set[asyncio.Task[None]] = set()
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
-        assert self.settings.http is not None
-        host, port = parse_host_port(self.settings.http)
+        host, port = parse_host_port(self.address)
         server = await asyncio.start_server(self._accept, host, port)
         try:
             self.port = int(server.sockets[0].getsockname()[1])
@@ -142,7 +145,7 @@ class HttpEndpoint:
         if self.stopping():
             return None
         beat = self.collector.beat
-        return beat_stale(beat.last_beat, beat.clock.monotonic(), self.settings.beat_ms / 1000)
+        return beat_stale(beat.last_beat, beat.clock.monotonic(), beat.beat_s, beat.grace_s)
 
     async def readiness(self) -> str | None:
         """Why the worker should not be sent work, or None."""
@@ -179,30 +182,3 @@ async def fetch(host: str, port: int, path: str, timeout_s: float = 2.0) -> tupl
     if len(status_line) < 2 or not status_line[1].isdigit():
         raise ValueError(f"not an HTTP reply from {host}:{port}: {reply[:80]!r}")
     return int(status_line[1]), body.decode("utf-8", "replace")
-
-
-@click.command()
-@click.option(
-    "--http",
-    "address",
-    show_envvar=True,
-    envvar="EMQ_HTTP",
-    required=True,
-    metavar="HOST:PORT",
-    help="Where the worker serves /healthz (its --http).",
-)
-def health(address: str) -> None:
-    """Exit 0 when the worker's /healthz answers 200; else print why and exit 1."""
-    try:
-        host, port = parse_host_port(address)
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="--http") from exc
-    try:
-        status, body = asyncio.run(fetch(host, port, "/healthz"))
-    except (OSError, TimeoutError, ValueError) as exc:
-        click.echo(f"unhealthy: cannot reach {address}: {exc or type(exc).__name__}", err=True)
-        sys.exit(1)
-    if status != 200:
-        click.echo(f"unhealthy ({status}): {body.strip()}", err=True)
-        sys.exit(1)
-    click.echo(body.strip())

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
 
 from emq_worker.errors import QueueNameError
+from emq_worker.server.fence import VERSION_KEY as VERSION_KEY
 
-VERSION_KEY: Final = "{emq}:version"
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 

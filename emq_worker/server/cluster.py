@@ -37,7 +37,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from emq_worker.errors import ConfigError, VersionFenceError
-from emq_worker.protocol.keys import VERSION_KEY
+from emq_worker.server.fence import VERSION_KEY
 
 CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
 NODE_CONNECTIONS = 64

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+import structlog
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool
 from redis.connection import HiredisRespSerializer
@@ -19,18 +20,21 @@ if HIREDIS_AVAILABLE:
     import hiredis
 
 from emq_worker.errors import ConfigError, VersionFenceError
-from emq_worker.observe.log import get_logger
-from emq_worker.protocol.keys import VERSION_KEY
 from emq_worker.server.cluster import (
     CLUSTER_SCHEMES,
     connect_cluster,
     is_cluster_url,
     parse_cluster_url,
 )
+from emq_worker.server.fence import VERSION_KEY
 
 SCHEMES = ("redis", "rediss", "unix")
 POOL_WAIT_S = 20.0
 """How long a command waits for a free pooled connection before it fails."""
+
+
+DEFAULT_URL = "redis://localhost:6379/0"
+"""Where a worker, producer or operator command connects when given no URL."""
 
 
 def redacted(url: str) -> str:
@@ -94,7 +98,8 @@ class RestartWatch:
         if run_id is None:
             return
         if self.run_id is not None and run_id != self.run_id:
-            get_logger().warning(
+            # The server layer sits below observe/: it takes the package's logger directly.
+            structlog.get_logger("emq_worker").warning(
                 "server_restarted",
                 previous_run_id=self.run_id,
                 run_id=run_id,
