@@ -18,15 +18,13 @@ from dataclasses import dataclass
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.isolation import QueueIsolation
 from emq_worker.beat.jobgroup import JobGroup
-from emq_worker.beat.lease import Lease, LeaseBook
+from emq_worker.beat.lease import Lease
 from emq_worker.beat.offers import HandedOff, Offers
 from emq_worker.beat.runner import JobRunner
-from emq_worker.observe.clock import Clock
+from emq_worker.beat.state import WorkerState
 from emq_worker.observe.log import get_logger
-from emq_worker.observe.metrics import Counters
 from emq_worker.observe.status import BeatStatus
 from emq_worker.protocol.limits import CEILING_POLL_MS
 from emq_worker.protocol.queue import Queue, new_nonce
@@ -46,28 +44,24 @@ class DrainResult:
 class Drainer:
     def __init__(
         self,
+        state: WorkerState,
         runner: JobRunner,
-        book: LeaseBook,
-        settings: WorkerSettings,
-        counters: Counters,
-        clock: Clock,
         isolation: QueueIsolation,
         status: BeatStatus,
         offers: Offers,
     ) -> None:
         self.runner = runner
-        self.book = book
-        self.settings = settings
-        self.counters = counters
-        self.clock = clock
+        self.book = state.book
+        self.settings = state.settings
+        self.counters = state.counters
+        self.clock = state.clock
+        self.stop = state.stop
         self.isolation = isolation
         self.status = status
         self.offers = offers
         self.log = get_logger()
         self._log_jobs = self.log.is_enabled_for(logging.INFO)
         """One event per job transition at info; nothing per job above it (throughput)."""
-        self.stopping = False
-        """Claim nothing more, and leave no offer (set when the worker stops)."""
         self.limited_until: float | None = None
         """A queue's limit refused every claim: drain again no sooner than this."""
         self._solo: Lease | None = None
@@ -78,7 +72,7 @@ class Drainer:
         self.limited_until = None
         deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
         for queue in self.isolation.ready():
-            while not self.stopping:
+            while not self.stop.requested:
                 if self.solo_running():
                     return drained
                 if self.clock.monotonic() >= deadline:
@@ -157,7 +151,7 @@ class Drainer:
         nonce: claim.lua's memo hands back what the lost reply leased, rather than leaving those
         jobs stranded until the reaper returns them a lease later."""
         nonce = new_nonce()
-        terms = self.offers.terms(queue.name, may_offer=not self.stopping)
+        terms = self.offers.terms(queue.name, may_offer=not self.stop.requested)
         result: ClaimResult | None = None
         lease_ms = self.settings.lease_ms
         try:

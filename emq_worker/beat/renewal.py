@@ -10,11 +10,9 @@ from __future__ import annotations
 import anyio
 from prometheus_client import CollectorRegistry, Histogram
 
-from emq_worker.beat.config import WorkerSettings
-from emq_worker.beat.lease import Lease, LeaseBook, SlotSignal
-from emq_worker.observe.clock import Clock
+from emq_worker.beat.lease import Lease
+from emq_worker.beat.state import WorkerState
 from emq_worker.observe.log import get_logger
-from emq_worker.observe.metrics import Counters
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import LostLease
 from emq_worker.server.failures import RETRYABLE, describe, fatal
@@ -24,21 +22,13 @@ CANCEL = "cancel"
 
 
 class RenewalSweep:
-    def __init__(
-        self,
-        queues: dict[str, Queue],
-        book: LeaseBook,
-        slots: SlotSignal,
-        settings: WorkerSettings,
-        counters: Counters,
-        clock: Clock,
-    ) -> None:
-        self.queues = queues
-        self.book = book
-        self.slots = slots
-        self.settings = settings
-        self.counters = counters
-        self.clock = clock
+    def __init__(self, state: WorkerState) -> None:
+        self.queues = state.queues
+        self.book = state.book
+        self.slots = state.slots
+        self.settings = state.settings
+        self.counters = state.counters
+        self.clock = state.clock
         self.log = get_logger()
 
     async def run(self) -> None:

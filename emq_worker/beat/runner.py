@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import random
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +16,9 @@ from typing import Any
 import anyio
 from redis.exceptions import RedisError
 
-from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.lease import Lease, LeaseBook
 from emq_worker.beat.settle import SettleBatcher
+from emq_worker.beat.state import WorkerState
 from emq_worker.errors import PayloadError, UnknownTaskError
 from emq_worker.jobs import codec
 from emq_worker.jobs.context import JobContext
@@ -46,18 +45,12 @@ CANCELLED = "cancelled by an operator"
 
 
 class JobRunner:
-    def __init__(
-        self,
-        app: App,
-        batcher: SettleBatcher,
-        settings: WorkerSettings,
-        rng: random.Random,
-    ) -> None:
+    def __init__(self, state: WorkerState, app: App, batcher: SettleBatcher) -> None:
         self.app = app
         self.batcher = batcher
-        self.settings = settings
-        self.rng = rng
-        self.threads = anyio.CapacityLimiter(settings.concurrency)
+        self.settings = state.settings
+        self.rng = state.rng
+        self.threads = anyio.CapacityLimiter(state.settings.concurrency)
         self.log = get_logger()
 
     async def run(self, lease: Lease) -> None:

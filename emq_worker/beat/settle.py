@@ -11,10 +11,9 @@ from typing import NamedTuple
 
 import anyio
 
-from emq_worker.beat.config import WorkerSettings
-from emq_worker.beat.lease import Lease, LeaseBook, SlotSignal
+from emq_worker.beat.lease import Lease
+from emq_worker.beat.state import WorkerState
 from emq_worker.observe.log import get_logger
-from emq_worker.observe.metrics import Counters
 from emq_worker.protocol.queue import Completion, Outcome, Queue
 from emq_worker.protocol.replies import SettleResult, SettleStatus
 from emq_worker.server.failures import RETRYABLE, describe, fatal
@@ -34,19 +33,12 @@ class Handover(NamedTuple):
 
 
 class SettleBatcher:
-    def __init__(
-        self,
-        queues: dict[str, Queue],
-        book: LeaseBook,
-        slots: SlotSignal,
-        settings: WorkerSettings,
-        counters: Counters,
-    ) -> None:
-        self.queues = queues
-        self.book = book
-        self.slots = slots
-        self.settings = settings
-        self.counters = counters
+    def __init__(self, state: WorkerState) -> None:
+        self.queues = state.queues
+        self.book = state.book
+        self.slots = state.slots
+        self.settings = state.settings
+        self.counters = state.counters
         self.log = get_logger()
         self._log_jobs = self.log.is_enabled_for(logging.INFO)
         """Whether each completion is logged (info); at warning, the hot path logs nothing."""

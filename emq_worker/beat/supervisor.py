@@ -13,30 +13,24 @@ as OOM) backs off the whole beat, as every queue would fail alike.
 
 from __future__ import annotations
 
-import random
-
 import anyio
 from redis.asyncio import Redis
 
-from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.drain import Drainer
 from emq_worker.beat.isolation import QueueIsolation
 from emq_worker.beat.jobgroup import JobGroup
-from emq_worker.beat.lease import LeaseBook, SlotSignal
 from emq_worker.beat.offers import Offers, offer_ms
 from emq_worker.beat.presence import Presence, WorkerRegistry
 from emq_worker.beat.queue_health import backoff_s
 from emq_worker.beat.runner import JobRunner
+from emq_worker.beat.state import WorkerState
 from emq_worker.beat.upkeep import QueueUpkeep
 from emq_worker.beat.wakes import WakeWaiter
 from emq_worker.jobs.repeat import RepeatFirer
-from emq_worker.observe.clock import Clock
 from emq_worker.observe.log import get_logger
-from emq_worker.observe.metrics import Counters
 from emq_worker.observe.sdnotify import Notifier
 from emq_worker.observe.status import BeatStatus
 from emq_worker.protocol.ids import SnowflakeMinter
-from emq_worker.protocol.queue import Queue
 from emq_worker.server.failures import RETRYABLE, describe, fatal
 
 WITHDRAW_TIMEOUT_S = 5.0
@@ -45,32 +39,28 @@ WITHDRAW_TIMEOUT_S = 5.0
 class Supervisor:
     def __init__(
         self,
+        state: WorkerState,
         client: Redis,
-        queues: list[Queue],
         runner: JobRunner,
-        book: LeaseBook,
-        slots: SlotSignal,
-        settings: WorkerSettings,
-        counters: Counters,
-        clock: Clock,
-        rng: random.Random,
         reap_max_attempts: int,
         notifier: Notifier | None = None,
         registry: WorkerRegistry | None = None,
     ) -> None:
+        settings = state.settings
+        queues = list(state.queues.values())
         self.registry = registry
         self.client = client
         self.queues = queues
         self.runner = runner
-        self.book = book
-        self.slots = slots
+        self.book = state.book
+        self.slots = state.slots
         self.settings = settings
-        self.counters = counters
-        self.clock = clock
-        self.rng = rng
+        self.counters = state.counters
+        self.clock = state.clock
+        self.rng = state.rng
+        self.stop = state.stop
         self.log = get_logger()
         self.notifier = notifier or Notifier()
-        self._stopping = False
         self._park_scope: anyio.CancelScope | None = None
         self._next_beat = 0.0
         self._next_due: float | None = None
@@ -81,25 +71,22 @@ class Supervisor:
             self.notifier, [queue.name for queue in queues], settings.concurrency, self.log
         )
         self._wakes = WakeWaiter(client)
-        self.upkeep = QueueUpkeep(settings, reap_max_attempts, counters, clock, self.log)
-        self.isolation = QueueIsolation(client, queues, clock, rng, self.log)
+        self.upkeep = QueueUpkeep(state, reap_max_attempts, self.log)
+        self.isolation = QueueIsolation(client, queues, state.clock, state.rng, self.log)
         spans_slots = self._wakes.spans_slots([queue.keys.wake for queue in queues])
         self.offers = Offers(queues, offer_ms(settings, spans_slots))
-        self.drainer = Drainer(
-            runner, book, settings, counters, clock, self.isolation, self.status, self.offers
-        )
+        self.drainer = Drainer(state, runner, self.isolation, self.status, self.offers)
+        self.stop.on_request(self._end_park)
 
-    def request_stop(self) -> None:
-        """Stop claiming; the current park ends at once."""
-        self._stopping = True
-        self.drainer.stopping = True
+    def _end_park(self) -> None:
+        """A stop was requested: stop claiming, and end the current park at once."""
         if self._park_scope is not None:
             self._park_scope.cancel()
 
     async def run(self, jobs: JobGroup) -> None:
         """Beat until a stop is requested (or, in burst mode, until nothing is left)."""
         failures = 0
-        while not self._stopping:
+        while not self.stop.requested:
             # Every pass yields at least once, whatever path it takes, so the renewal sweep and
             # the jobs are never starved by a pass that finds nothing to await.
             await anyio.lowlevel.checkpoint()
@@ -207,7 +194,7 @@ class Supervisor:
         )
         until = min([self._next_beat, *(t for t in times if t is not None)])
         timeout = until - now
-        if timeout <= 0 or self._stopping:
+        if timeout <= 0 or self.stop.requested:
             return
         with anyio.CancelScope() as scope:
             self._park_scope = scope

@@ -10,25 +10,18 @@ import logging
 
 from structlog.typing import FilteringBoundLogger
 
-from emq_worker.beat.config import WorkerSettings
-from emq_worker.observe.clock import Clock
-from emq_worker.observe.metrics import Counters
+from emq_worker.beat.state import WorkerState
 from emq_worker.protocol.queue import Queue
 
 
 class QueueUpkeep:
     def __init__(
-        self,
-        settings: WorkerSettings,
-        reap_max_attempts: int,
-        counters: Counters,
-        clock: Clock,
-        log: FilteringBoundLogger,
+        self, state: WorkerState, reap_max_attempts: int, log: FilteringBoundLogger
     ) -> None:
-        self.settings = settings
+        self.settings = state.settings
         self.reap_max_attempts = reap_max_attempts
-        self.counters = counters
-        self.clock = clock
+        self.counters = state.counters
+        self.clock = state.clock
         self.log = log
         self._log_jobs = log.is_enabled_for(logging.INFO)
 

@@ -17,12 +17,13 @@ from redis.asyncio import Redis
 
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.jobgroup import JobGroup
-from emq_worker.beat.lease import LeaseBook, SlotSignal
+from emq_worker.beat.lease import LeaseBook
 from emq_worker.beat.presence import WorkerRegistry
 from emq_worker.beat.queue_health import BACKOFF_CAP_S
 from emq_worker.beat.renewal import MeteredSweep, RenewalSweep
 from emq_worker.beat.runner import JobRunner
 from emq_worker.beat.settle import SettleBatcher
+from emq_worker.beat.state import StopSignal, WorkerState
 from emq_worker.beat.supervisor import Supervisor
 from emq_worker.jobs.tasks import App
 from emq_worker.observe.clock import Clock, MonotonicClock
@@ -69,9 +70,8 @@ class Worker:
         self._clock = clock or MonotonicClock()
         self._rng = rng or random.Random()
         self.notifier = notifier or Notifier()
-        self._supervisor: Supervisor | None = None
         self.presence: WorkerRegistry | None = None
-        self._stop_requested = False
+        self.stop = StopSignal()
         self._root: anyio.CancelScope | None = None
         self.http: HttpEndpoint | None = None
         """The HTTP endpoint while it serves (settings.http); `http.port` is the bound port."""
@@ -80,14 +80,14 @@ class Worker:
 
     @property
     def stopping(self) -> bool:
-        return self._stop_requested
+        return self.stop.requested
 
     def request_stop(self) -> None:
         """Graceful: stop claiming, finish or hand back what is held."""
-        self._stop_requested = True
-        self.notifier.stopping(f"stopping: finishing held jobs within {self.settings.grace_ms} ms")
-        if self._supervisor is not None:
-            self._supervisor.request_stop()
+        if not self.stop.requested:
+            grace_ms = self.settings.grace_ms
+            self.notifier.stopping(f"stopping: finishing held jobs within {grace_ms} ms")
+        self.stop.request()
 
     def force_stop(self) -> None:
         """At once: leave held leases to the reaper."""
@@ -112,9 +112,6 @@ class Worker:
         scripts = Scripts()
         await scripts.load_all(client)
         parts = self._assemble(client, scripts)
-        self._supervisor = parts.supervisor
-        if self._stop_requested:
-            parts.supervisor.request_stop()
         with anyio.CancelScope() as root:
             self._root = root
             await self._serve(parts)
@@ -142,9 +139,9 @@ class Worker:
             client, settings.queues, settings.concurrency, settings.beat_ms
         )
         queues = {name: Queue(client, scripts, name) for name in settings.queues}
-        book, slots = LeaseBook(), SlotSignal()
-        batcher = SettleBatcher(queues, book, slots, settings, self.counters)
-        runner = JobRunner(self.app, batcher, settings, self._rng)
+        state = WorkerState(settings, queues, self.counters, self._clock, self._rng, self.stop)
+        batcher = SettleBatcher(state)
+        runner = JobRunner(state, self.app, batcher)
         registry = CollectorRegistry(auto_describe=True) if settings.http else None
         beat = (
             BeatNotifier(self.notifier, self._clock, settings.beat_ms / 1000, BACKOFF_CAP_S)
@@ -152,31 +149,24 @@ class Worker:
             else None
         )
         supervisor = Supervisor(
+            state,
             client,
-            list(queues.values()),
             runner,
-            book,
-            slots,
-            settings,
-            self.counters,
-            self._clock,
-            self._rng,
             reap_max_attempts=self.app.most_attempts(settings.max_attempts),
             notifier=beat or self.notifier,
             registry=self.presence,
         )
-        sweep_args = (queues, book, slots, settings, self.counters, self._clock)
         if registry is None or beat is None:
-            return Parts(queues, book, batcher, supervisor, RenewalSweep(*sweep_args))
-        sweep = MeteredSweep(*sweep_args).meter(registry)
-        collector = WorkerCollector(self.counters, book, beat)
+            return Parts(queues, state.book, batcher, supervisor, RenewalSweep(state))
+        sweep = MeteredSweep(state).meter(registry)
+        collector = WorkerCollector(self.counters, state.book, beat)
         collector.loop_lag = self.loop_lag
         registry.register(collector)
         assert settings.http is not None
         http = HttpEndpoint(
             settings.http, client, queues, collector, registry, lambda: self.stopping
         )
-        return Parts(queues, book, batcher, supervisor, sweep, http)
+        return Parts(queues, state.book, batcher, supervisor, sweep, http)
 
     async def _serve(self, parts: Parts) -> None:
         """Beat until stopped; then give running jobs the grace period, write what finished,

@@ -4,6 +4,7 @@ fence through the cluster, the park across slots, and renewal sweeps that overla
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Sequence
 
 import anyio
@@ -15,8 +16,9 @@ from redis.exceptions import ResponseError, TryAgainError
 from redis.utils import HIREDIS_AVAILABLE
 
 from emq_worker.beat.config import WorkerSettings
-from emq_worker.beat.lease import Lease, LeaseBook, SlotSignal
+from emq_worker.beat.lease import Lease, LeaseBook
 from emq_worker.beat.renewal import RenewalSweep
+from emq_worker.beat.state import StopSignal, WorkerState
 from emq_worker.beat.wakes import WakeWaiter
 from emq_worker.errors import ConfigError, VersionFenceError
 from emq_worker.jobs.producer import JobSpec, Producer
@@ -198,7 +200,8 @@ async def test_one_renewal_tick_sends_every_queue_before_any_reply(
 
     for queue in queues.values():
         overlapping(queue)
-    sweep = RenewalSweep(queues, book, SlotSignal(), settings, Counters(), clock)
+    state = WorkerState(settings, queues, Counters(), clock, random.Random(0), StopSignal(), book)
+    sweep = RenewalSweep(state)
     await sweep.tick()
     assert most == len(names) == 6
     assert sweep.counters.renew_sweeps == 6
