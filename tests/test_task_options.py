@@ -10,10 +10,10 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from emq_worker import App, JobContext, Producer
+from emq_worker import App, JobContext, Producer, WorkerSettings
 from emq_worker.errors import ConfigError, PayloadError
 from emq_worker.jobs import codec
-from emq_worker.jobs.options import JobOptions
+from emq_worker.jobs.policy import JobPolicy, Policy, resolve
 from emq_worker.jobs.producer import JobSpec
 from emq_worker.protocol.names import JobId
 from emq_worker.retry import Exponential, Fixed, Jitter
@@ -25,12 +25,12 @@ MINUTE_MS = 60_000
 
 def test_no_options_leave_the_envelope_as_it_was() -> None:
     assert codec.encode("charge", {"a": 1}) == b'{"task":"charge","kwargs":{"a":1}}'
-    assert codec.encode("charge", {"a": 1}, JobOptions()) == b'{"task":"charge","kwargs":{"a":1}}'
+    assert codec.encode("charge", {"a": 1}, JobPolicy()) == b'{"task":"charge","kwargs":{"a":1}}'
     assert codec.decode_job(b'{"task":"charge","kwargs":{"a":1}}') == ("charge", {"a": 1}, None)
 
 
 def test_options_round_trip_through_the_envelope() -> None:
-    options = JobOptions(
+    options = JobPolicy(
         max_attempts=5,
         backoff=Jitter(Exponential(100, 10_000)),
         timeout_ms=2_000,
@@ -84,7 +84,7 @@ async def test_bad_overrides_are_refused_before_anything_is_written(
 
 
 async def test_a_raw_payload_takes_no_options(client: Redis, queue_name: str) -> None:
-    spec = JobSpec(payload=b"raw", options=JobOptions(max_attempts=2))
+    spec = JobSpec(payload=b"raw", options=JobPolicy(max_attempts=2))
     with pytest.raises(ConfigError, match="raw payload has none"):
         await Producer(client).enqueue_many(queue_name, [spec])
 
@@ -96,11 +96,21 @@ def test_a_task_declares_a_result_ttl_and_a_bad_one_is_refused() -> None:
     async def kept(ctx: JobContext) -> int:
         return 1
 
-    assert app.tasks["kept"].result_ttl_ms == 1_000
-    with pytest.raises(ConfigError, match=r"result_ttl_ms must be an integer >= 1.*got 0"):
+    assert app.tasks["kept"].policy.result_ttl_ms == 1_000
+    with pytest.raises(ConfigError, match=r"task 'never': result_ttl_ms must be >= 0; got -1"):
 
-        @app.task(result_ttl_ms=0)
+        @app.task(result_ttl_ms=-1)
         async def never(ctx: JobContext) -> None: ...
+
+
+def test_the_policy_layers_resolve_in_one_order_worker_task_job() -> None:
+    """Each layer's set fields override the layers below; unset ones leave them in force."""
+    worker = WorkerSettings(queues=("q",), max_attempts=3, job_timeout_ms=9_000).policy
+    task = JobPolicy(max_attempts=7, backoff=Fixed(50))
+    job = JobPolicy(max_attempts=2, result_ttl_ms=1_000)
+    assert resolve(worker, task) == Policy(7, Fixed(50), 9_000, 0)
+    assert resolve(worker, task, job) == Policy(2, Fixed(50), 9_000, 1_000)
+    assert resolve(worker, None, JobPolicy()) == worker
 
 
 def flaky_app(runs: list[int]) -> App:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emq_worker.errors import ConfigError
+from emq_worker.jobs.policy import Policy
 from emq_worker.observe.http import parse_host_port
 from emq_worker.protocol.ids import DEFAULT_NODE_ID, MAX_NODE_ID
 from emq_worker.protocol.keys import validate_queue_name
@@ -40,6 +41,11 @@ class WorkerSettings:
     node_id: int = DEFAULT_NODE_ID
     http: str | None = None
     """HOST:PORT for /metrics, /healthz and /readyz; None serves nothing."""
+
+    @property
+    def policy(self) -> Policy:
+        """The worker's default job policy, under each task's and each job's (keeps no result)."""
+        return Policy(self.max_attempts, self.backoff, self.job_timeout_ms, 0)
 
     def __post_init__(self) -> None:
         if not self.queues:

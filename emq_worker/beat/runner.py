@@ -22,7 +22,7 @@ from emq_worker.beat.state import WorkerState
 from emq_worker.errors import PayloadError, UnknownTaskError
 from emq_worker.jobs import codec
 from emq_worker.jobs.context import JobContext
-from emq_worker.jobs.options import JobOptions
+from emq_worker.jobs.policy import Policy, resolve
 from emq_worker.jobs.results import encode_result
 from emq_worker.jobs.tasks import App, Task
 from emq_worker.observe.log import get_logger
@@ -37,8 +37,8 @@ class Call:
     task: Task
     ctx: JobContext
     kwargs: dict[str, Any]
-    options: JobOptions | None = None
-    """The producer's per-job overrides of the task's policy; None on the common path."""
+    policy: Policy
+    """The worker's defaults, then the task's policy, then the producer's per-job options."""
 
 
 CANCELLED = "cancelled by an operator"
@@ -51,6 +51,7 @@ class JobRunner:
         self.settings = state.settings
         self.rng = state.rng
         self.threads = anyio.CapacityLimiter(state.settings.concurrency)
+        self._task_policies: dict[int, Policy] = {}
         self.log = get_logger()
 
     async def run(self, lease: Lease) -> None:
@@ -100,19 +101,26 @@ class JobRunner:
         raw = self.app.raw.get(job.queue)
         if raw is not None:
             ctx = JobContext(job.queue, job.id, job.token, raw.name, job.payload, writer, job.nonce)
-            return Call(raw, ctx, {})
+            return Call(raw, ctx, {}, self._policy_of(raw))
         name, kwargs, options = codec.decode_job(job.payload)
         task = self.app.lookup(name)
         ctx = JobContext(job.queue, job.id, job.token, name, job.payload, writer, job.nonce)
         task.check_kwargs(ctx, kwargs)
-        return Call(task, ctx, kwargs, options)
+        policy = (
+            self._policy_of(task) if options is None else resolve(self._policy_of(task), options)
+        )
+        return Call(task, ctx, kwargs, policy)
+
+    def _policy_of(self, task: Task) -> Policy:
+        """The task's policy over the worker's defaults, resolved once per task."""
+        policy = self._task_policies.get(id(task))
+        if policy is None:
+            policy = self._task_policies[id(task)] = resolve(self.settings.policy, task.policy)
+        return policy
 
     async def _call(self, lease: Lease, call: Call) -> Outcome | None:
         """The handler's outcome, or None when the lease was lost while it ran."""
-        task, options = call.task, call.options
-        timeout_ms = (
-            (options and options.timeout_ms) or task.timeout_ms or self.settings.job_timeout_ms
-        )
+        task, timeout_ms = call.task, call.policy.timeout_ms
         timer = asyncio.timeout(timeout_ms / 1000)
         try:
             async with timer:
@@ -137,9 +145,7 @@ class JobRunner:
             if timer.expired():
                 return await self._failure(lease, call, f"timed out after {timeout_ms} ms")
             return await self._failure(lease, call, f"{type(exc).__name__}: {exc}")
-        ttl_ms = task.result_ttl_ms
-        if options is not None and options.result_ttl_ms is not None:
-            ttl_ms = options.result_ttl_ms
+        ttl_ms = call.policy.result_ttl_ms
         if not ttl_ms:
             return Completion(lease.held)  # the common case: no result is kept
         return Completion(lease.held, self._result(lease, call, value), ttl_ms)
@@ -159,13 +165,10 @@ class JobRunner:
         return data
 
     async def _failure(self, lease: Lease, call: Call, error: str) -> Failure:
-        task, options = call.task, call.options
-        max_attempts = (
-            (options and options.max_attempts) or task.max_attempts or self.settings.max_attempts
-        )
-        policy = (options and options.backoff) or task.backoff or self.settings.backoff
+        policy = call.policy
         attempt = await self._attempt_in_budget(lease)
-        return Failure(lease.held, delay_ms(policy, attempt, self.rng), max_attempts, error)
+        delay = delay_ms(policy.backoff, attempt, self.rng)
+        return Failure(lease.held, delay, policy.max_attempts, error)
 
     async def _attempt_in_budget(self, lease: Lease) -> int:
         """The attempt counted from the job's last `dead retry` (which records attempts_base),

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from emq_worker.errors import PayloadError
-from emq_worker.jobs.options import JobOptions
+from emq_worker.jobs.policy import JobPolicy
 
 
 def _pick_loads() -> Callable[[bytes], Any]:
@@ -60,7 +60,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 
 
 def encode(
-    task: str, kwargs: Mapping[str, Any] | None = None, options: JobOptions | None = None
+    task: str, kwargs: Mapping[str, Any] | None = None, options: JobPolicy | None = None
 ) -> bytes:
     if not isinstance(task, str) or not task:
         raise PayloadError(f"task name must be a non-empty string; got {task!r}")
@@ -100,7 +100,7 @@ def decode(payload: bytes) -> tuple[str, dict[str, Any]]:
     return task, kwargs
 
 
-def decode_job(payload: bytes) -> tuple[str, dict[str, Any], JobOptions | None]:
+def decode_job(payload: bytes) -> tuple[str, dict[str, Any], JobPolicy | None]:
     """Return (task, kwargs, options or None), or raise PayloadError saying what is wrong."""
     try:
         envelope = _loads(payload)
@@ -119,4 +119,4 @@ def decode_job(payload: bytes) -> tuple[str, dict[str, Any], JobOptions | None]:
     options = envelope.get("options")
     if options is None:
         return task, kwargs, None  # the common case: no per-job options, nothing more to build
-    return task, kwargs, JobOptions.from_wire(options)
+    return task, kwargs, JobPolicy.from_wire(options)

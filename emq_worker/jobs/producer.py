@@ -13,7 +13,7 @@ import datetime as dt
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, NamedTuple
 
 import anyio.from_thread
@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 
 from emq_worker.errors import ConfigError
 from emq_worker.jobs import codec
-from emq_worker.jobs.options import JobOptions
+from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
 from emq_worker.jobs.results import wait_result
 from emq_worker.protocol.ids import DEFAULT_NODE_ID, SnowflakeMinter, job_id
@@ -43,11 +43,12 @@ class JobSpec:
 
     task: str = ""
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    _: KW_ONLY
     payload: bytes | None = None
     delay_ms: int | None = None
     run_at: dt.datetime | None = None
     job_id: str | None = None
-    options: JobOptions | None = None
+    options: JobPolicy | None = None
     """Per-job overrides of the task's max_attempts, backoff, timeout_ms and result_ttl_ms
     (carried in the JSON envelope; not for raw payloads)."""
     dedup_id: str | None = None
@@ -152,9 +153,21 @@ class Producer:
             or timeout_ms is not None
             or result_ttl_ms is not None
         ):
-            options = JobOptions(max_attempts, backoff, timeout_ms, result_ttl_ms)
+            options = JobPolicy(
+                max_attempts=max_attempts,
+                backoff=backoff,
+                timeout_ms=timeout_ms,
+                result_ttl_ms=result_ttl_ms,
+            )
         spec = JobSpec(
-            task, kwargs or {}, None, delay_ms, run_at, job_id, options, dedup_id, dedup_ttl_ms
+            task,
+            kwargs or {},
+            delay_ms=delay_ms,
+            run_at=run_at,
+            job_id=job_id,
+            options=options,
+            dedup_id=dedup_id,
+            dedup_ttl_ms=dedup_ttl_ms,
         )
         return (await self.enqueue_many(queue, [spec]))[0]
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from emq_worker.errors import AppImportError, ConfigError, PayloadError, UnknownTaskError
+from emq_worker.jobs.policy import JobPolicy
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.retry import Backoff
 
@@ -24,11 +25,8 @@ class Task:
     fn: Handler
     is_async: bool
     signature: inspect.Signature
-    max_attempts: int | None = None
-    backoff: Backoff | None = None
-    timeout_ms: int | None = None
-    result_ttl_ms: int | None = None
-    """Store the handler's return value for this long (opt-in; None stores nothing)."""
+    policy: JobPolicy = field(default_factory=JobPolicy)
+    """The task's declared policy (over the worker's defaults; a job's options go over it)."""
     keyword_names: tuple[frozenset[str], frozenset[str]] | None = field(
         init=False, repr=False, compare=False
     )
@@ -36,21 +34,6 @@ class Task:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "keyword_names", _keyword_names(self.signature))
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ConfigError(
-                f"task {self.name!r}: max_attempts must be >= 1; got {self.max_attempts}"
-            )
-        if self.timeout_ms is not None and self.timeout_ms < 1:
-            raise ConfigError(f"task {self.name!r}: timeout_ms must be >= 1; got {self.timeout_ms}")
-        if self.result_ttl_ms is not None and (
-            isinstance(self.result_ttl_ms, bool)
-            or not isinstance(self.result_ttl_ms, int)
-            or self.result_ttl_ms < 1
-        ):
-            raise ConfigError(
-                f"task {self.name!r}: result_ttl_ms must be an integer >= 1 (or None to store no "
-                f"result); got {self.result_ttl_ms!r}"
-            )
 
     def check_kwargs(self, ctx: object, kwargs: dict[str, Any]) -> None:
         """Raise PayloadError when the payload's kwargs cannot call this handler."""
@@ -109,9 +92,8 @@ class App:
         """
 
         def register(handler: F) -> F:
-            task = _make_task(
-                name or handler.__name__, handler, max_attempts, backoff, timeout_ms, result_ttl_ms
-            )
+            policy = (max_attempts, backoff, timeout_ms, result_ttl_ms)
+            task = _make_task(name or handler.__name__, handler, *policy)
             if task.name in self.tasks:
                 raise ConfigError(f"task {task.name!r} is registered twice")
             self.tasks[task.name] = task
@@ -133,9 +115,8 @@ class App:
         validate_queue_name(queue)
 
         def register(handler: F) -> F:
-            self.raw[queue] = _make_task(
-                queue, handler, max_attempts, backoff, timeout_ms, result_ttl_ms
-            )
+            policy = (max_attempts, backoff, timeout_ms, result_ttl_ms)
+            self.raw[queue] = _make_task(queue, handler, *policy)
             return handler
 
         return register
@@ -143,7 +124,7 @@ class App:
     def most_attempts(self, default: int) -> int:
         """The largest max_attempts any handler may use: the reaper's crash-loop cap, so a lapsed
         lease never dead-letters a job that its task would still retry."""
-        declared = [t.max_attempts for t in (*self.tasks.values(), *self.raw.values())]
+        declared = [t.policy.max_attempts for t in (*self.tasks.values(), *self.raw.values())]
         return max([default, *(n for n in declared if n is not None)])
 
     def lookup(self, name: str) -> Task:
@@ -173,17 +154,23 @@ def _make_task(
     max_attempts: int | None,
     backoff: Backoff | None,
     timeout_ms: int | None,
-    result_ttl_ms: int | None = None,
+    result_ttl_ms: int | None,
 ) -> Task:
+    try:
+        policy = JobPolicy(
+            max_attempts=max_attempts,
+            backoff=backoff,
+            timeout_ms=timeout_ms,
+            result_ttl_ms=result_ttl_ms,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"task {name!r}: {exc}") from exc
     return Task(
         name=name,
         fn=fn,
         is_async=inspect.iscoroutinefunction(fn),
         signature=inspect.signature(fn),
-        max_attempts=max_attempts,
-        backoff=backoff,
-        timeout_ms=timeout_ms,
-        result_ttl_ms=result_ttl_ms,
+        policy=policy,
     )
 
 

@@ -1,15 +1,18 @@
-"""Per-job options: what a producer may override, per enqueue, of a task's declared policy.
+"""A job's policy: how often it may run, how it backs off, how long it may take, how long its
+result is kept. One value, one merge rule.
 
-They travel in the JSON envelope as `"options": {...}` beside `task` and `kwargs`, only when
-some option is given, so the common payload is unchanged:
+`JobPolicy` is a set of overrides (None leaves a field to the layer below); `Policy` is the
+resolved value a handler runs under. `resolve(defaults, task, job)` applies the layers in one
+order everywhere: the worker's defaults, then the task's declared policy, then the producer's
+per-job overrides. The per-job ones travel in the JSON envelope as `"options": {...}` beside
+`task` and `kwargs`, only when some option is given, so the common payload is unchanged:
 `{"task": "charge", "kwargs": {...}, "options": {"max_attempts": 5, "backoff": "fixed:500"}}`.
-A worker applies them over the task's own policy, which applies over the worker's defaults.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from emq_worker.errors import ConfigError, PayloadError
 from emq_worker.retry import Backoff, format_backoff, parse_backoff
@@ -17,9 +20,19 @@ from emq_worker.retry import Backoff, format_backoff, parse_backoff
 WIRE_NAMES = frozenset({"max_attempts", "backoff", "timeout_ms", "result_ttl_ms"})
 
 
-@dataclass(frozen=True, slots=True)
-class JobOptions:
-    """Overrides for one job; None leaves the task's (or the worker's) setting in force."""
+class Policy(NamedTuple):
+    """A resolved policy: every field set."""
+
+    max_attempts: int
+    backoff: Backoff
+    timeout_ms: int
+    result_ttl_ms: int
+    """0: keep no result."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobPolicy:
+    """Overrides, for a task or for one job; None leaves the layer below in force."""
 
     max_attempts: int | None = None
     """Runs before the job is dead-lettered (>= 1)."""
@@ -59,7 +72,7 @@ class JobOptions:
         return wire
 
     @classmethod
-    def from_wire(cls, wire: Any) -> JobOptions:
+    def from_wire(cls, wire: Any) -> JobPolicy:
         """Parse the envelope's `options`, or raise PayloadError naming the offending value."""
         if not isinstance(wire, dict):
             raise PayloadError(f"payload options must be a JSON object; got {wire!r}")
@@ -84,6 +97,23 @@ class JobOptions:
             )
         except ConfigError as exc:
             raise PayloadError(f"bad job options {wire!r}: {exc}") from exc
+
+
+def resolve(defaults: Policy, *layers: JobPolicy | None) -> Policy:
+    """The one merge rule: each layer's set fields override those below it, in order."""
+    max_attempts, backoff, timeout_ms, result_ttl_ms = defaults
+    for layer in layers:
+        if layer is None:
+            continue
+        if layer.max_attempts is not None:
+            max_attempts = layer.max_attempts
+        if layer.backoff is not None:
+            backoff = layer.backoff
+        if layer.timeout_ms is not None:
+            timeout_ms = layer.timeout_ms
+        if layer.result_ttl_ms is not None:
+            result_ttl_ms = layer.result_ttl_ms
+    return Policy(max_attempts, backoff, timeout_ms, result_ttl_ms)
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:
