@@ -1,18 +1,72 @@
-"""emq-worker: an asyncio worker daemon for EchoMQ queues on Valkey/Redis."""
+"""emq-worker: an asyncio worker daemon for EchoMQ queues on Valkey/Redis.
+
+This module is the public API: everything a user writes, enqueues, runs or catches is importable
+from here, and `__all__` lists it. `emq_worker.errors` and `emq_worker.retry` are public too (the
+same names); the subpackages are internals (see the architecture page in the docs).
+"""
 
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.worker import Worker
+from emq_worker.errors import (
+    AppImportError,
+    ConfigError,
+    EmqError,
+    FencedError,
+    JobFailedError,
+    JobIdError,
+    KindError,
+    LockedError,
+    PayloadError,
+    ProtocolReplyError,
+    QueueNameError,
+    ResultTimeoutError,
+    ResultUnavailableError,
+    ScriptError,
+    StateError,
+    UnknownTaskError,
+    VersionFenceError,
+)
 from emq_worker.jobs.context import JobContext
-from emq_worker.jobs.producer import Enqueued, JobSpec, Producer, sync_producer
+from emq_worker.jobs.events import Event, EventStream, open_events, subscribe
+from emq_worker.jobs.policy import JobPolicy
+from emq_worker.jobs.producer import Enqueued, JobSpec, Producer, SyncProducer, sync_producer
 from emq_worker.jobs.tasks import App
+from emq_worker.retry import Backoff, Exponential, Fixed, Jitter
 
 __all__ = [
     "App",
+    "AppImportError",
+    "Backoff",
+    "ConfigError",
+    "EmqError",
     "Enqueued",
+    "Event",
+    "EventStream",
+    "Exponential",
+    "FencedError",
+    "Fixed",
+    "Jitter",
     "JobContext",
+    "JobFailedError",
+    "JobIdError",
+    "JobPolicy",
     "JobSpec",
+    "KindError",
+    "LockedError",
+    "PayloadError",
     "Producer",
+    "ProtocolReplyError",
+    "QueueNameError",
+    "ResultTimeoutError",
+    "ResultUnavailableError",
+    "ScriptError",
+    "StateError",
+    "SyncProducer",
+    "UnknownTaskError",
+    "VersionFenceError",
     "Worker",
     "WorkerSettings",
+    "open_events",
+    "subscribe",
     "sync_producer",
 ]

@@ -8,34 +8,43 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker.errors import ScriptError
-from emq_worker.protocol.scripts import KEY_COUNTS, Scripts, build, declared_key_count, read_source
+from emq_worker.protocol.keys import QueueKeys
+from emq_worker.protocol.scripts import VERBS, Scripts, declared_keys, read_source
 
 
-@pytest.mark.parametrize("verb", sorted(KEY_COUNTS))
+@pytest.mark.parametrize("verb", VERBS)
 def test_header_declares_keys_argv_and_reply(verb: str) -> None:
     source = read_source(verb)
-    assert declared_key_count(source) == KEY_COUNTS[verb]
+    keys = declared_keys(source)
     assert re.search(r"^-- ARGV\[1\] = ", source, re.MULTILINE), f"{verb}: no ARGV lines"
     assert re.search(r"^-- Reply: ", source, re.MULTILINE), f"{verb}: no Reply line"
     assert "@include" not in source
     used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", source)}
-    assert used == set(range(1, KEY_COUNTS[verb] + 1)), f"{verb}: KEYS used {sorted(used)}"
+    assert used == set(range(1, len(keys) + 1)), f"{verb}: KEYS used {sorted(used)}"
+
+
+def test_a_call_passes_the_keys_its_header_names_in_their_order() -> None:
+    scripts = Scripts()
+    prefix = QueueKeys.of("orders").prefix
+    assert scripts.keys("promote", prefix) == [
+        "emq:{orders}:schedule",
+        "emq:{orders}:pending",
+        "emq:{orders}:wake",
+    ]
+    assert scripts.keys("joblog", prefix, "JOB00000000001") == [
+        "emq:{orders}:job:JOB00000000001:logs"
+    ]
+    with pytest.raises(ScriptError, match=r"joblog names a job's key \(job:<id>:logs\)"):
+        scripts.keys("joblog", prefix)
 
 
 def test_a_header_that_disagrees_is_refused_naming_the_file() -> None:
     with pytest.raises(ScriptError, match=r"numbered 1..n"):
-        declared_key_count("-- KEYS[1] = a\n-- KEYS[3] = b\n")
+        declared_keys("-- KEYS[1] = emq:{q}:a\n-- KEYS[3] = emq:{q}:b\n")
+    with pytest.raises(ScriptError, match=r"KEYS\[1\] must name a key emq:\{q\}:<name>; got 'a'"):
+        declared_keys("-- KEYS[1] = a\n")
     with pytest.raises(ScriptError, match="no Lua script for verb 'nosuch'"):
         read_source("nosuch")
-    declared = KEY_COUNTS["claim"]
-    KEY_COUNTS["claim"] += 1
-    try:
-        with pytest.raises(
-            ScriptError, match=rf"lua/claim.lua declares {declared} KEYS but its wrapper"
-        ):
-            build("claim")
-    finally:
-        KEY_COUNTS["claim"] -= 1
 
 
 async def test_every_script_loads_and_matches_its_sha(client: Redis) -> None:

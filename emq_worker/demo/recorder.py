@@ -112,6 +112,3 @@ class LeaseWatch:
 
     def rel(self, at: float) -> float:
         return (at - self.t0) * 1000
-
-
-# --- the workers ------------------------------------------------------------------------------

@@ -93,6 +93,3 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.kill()
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=5)
-
-
-# --- what happened: events from the workers and from polling the server ---------------------

@@ -159,6 +159,3 @@ def settings(queue: str, url: str, **overrides: Any) -> WorkerSettings:
         "grace_ms": 500,
     }
     return WorkerSettings(**(options | overrides))
-
-
-# --- one story --------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from redis.asyncio.client import PubSub
 from emq_worker.protocol.keys import QueueKeys
 
 EVENTS: Final = "events"
-LIFECYCLE: Final = ("claimed", "completed", "failed", "dead", "reaped", "fenced", "progress")
 
 
 def channel(queue: str) -> str:
@@ -45,9 +44,6 @@ class Event:
     at_ms: int | None
     data: dict[str, Any] = field(compare=False)
     """The whole message as decoded (optional fields: outcome, error, current, progress...)."""
-
-    def to_json(self) -> str:
-        return json.dumps(self.data, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
 def parse_event(raw: bytes | str) -> Event | None:

@@ -242,7 +242,7 @@ class RepeatFirer:
         k = queue.keys
         for _ in range(MAX_PASSES):
             reply = await queue.scripts.call(
-                queue.client, "repeat_due", [k.prefix + REPEAT], [k.prefix, FIRE_BATCH]
+                queue.client, "repeat_due", queue.script_keys("repeat_due"), [k.prefix, FIRE_BATCH]
             )
             now, next_in = int(reply[0]), int(reply[1])
             due = [
@@ -270,7 +270,7 @@ class RepeatFirer:
             for name, due_ms, following in todo:
                 args += [name, due_ms, following, self.minter.job_id()]
             reply = await queue.scripts.call(
-                queue.client, "repeat", [k.prefix + REPEAT, k.pending, k.wake], args
+                queue.client, "repeat", queue.script_keys("repeat"), args
             )
             todo = [
                 entry for entry, status in zip(todo, reply, strict=True) if text(status) == "taken"

@@ -22,8 +22,6 @@ MAX_LOG_LINE: Final = 64 * 1024
 MAX_PROGRESS: Final = 4 * 1024
 """Bytes of a progress value's JSON at most: progress is a small status, not a payload."""
 
-ProgressValue = int | float | dict[str, Any]
-
 
 def progress_json(value: object) -> bytes:
     """The JSON of a progress value (a finite number, or a small JSON object), or ConfigError."""
@@ -56,7 +54,7 @@ async def report_progress(queue: Queue, lease: HeldLease, value: object) -> int:
     reply = await queue.scripts.call(
         queue.client,
         "progress",
-        [queue.keys.job(lease.id)],
+        queue.script_keys("progress", lease.id),
         [queue.keys.prefix, queue.name, lease.id, lease.token, lease.nonce, data],
     )
     return _checked(lease, reply)
@@ -77,7 +75,7 @@ async def append_log(queue: Queue, lease: HeldLease, line: str, keep: int = LOG_
     reply = await queue.scripts.call(
         queue.client,
         "joblog",
-        [queue.keys.logs(lease.id)],
+        queue.script_keys("joblog", lease.id),
         [queue.keys.prefix, lease.id, lease.token, lease.nonce, keep, data],
     )
     return _checked(lease, reply)

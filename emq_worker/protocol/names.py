@@ -30,7 +30,3 @@ class Field(StrEnum):
     PAYLOAD = "payload"
     LAST_ERROR = "last_error"
     ATTEMPTS_BASE = "attempts_base"
-
-
-WAKE_TOKENS_KEPT: Final = 64
-"""The wake list is trimmed to this many tokens (LTRIM 0 63)."""

@@ -10,7 +10,6 @@ from typing import Literal, NamedTuple
 from redis.asyncio import Redis
 
 from emq_worker.protocol.keys import QueueKeys
-from emq_worker.protocol.limits import LIMITER
 from emq_worker.protocol.names import JobId, JobState, Token
 from emq_worker.protocol.replies import (
     ClaimResult,
@@ -110,6 +109,16 @@ class Queue:
         self.scripts = scripts
         self.keys = QueueKeys.of(name)
         self.name = name
+        self._script_keys: dict[str, list[str]] = {}
+
+    def script_keys(self, verb: str, job_id: str | None = None) -> list[str]:
+        """The keys of a `verb` call on this queue, as its script's header declares them."""
+        if job_id is not None:
+            return self.scripts.keys(verb, self.keys.prefix, job_id)
+        keys = self._script_keys.get(verb)
+        if keys is None:
+            keys = self._script_keys[verb] = self.scripts.keys(verb, self.keys.prefix)
+        return keys
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool | JobId]:
         """Enqueue all or none (one script call). Per job: True enqueued; False when its id
@@ -123,11 +132,10 @@ class Queue:
         args: list[ArgValue] = [self.keys.prefix, len(dedup) // 3, *dedup]
         for job in jobs:
             args += [job.id, job.payload, job.mode, job.ms]
-        k = self.keys
         reply = await self.scripts.call(
             self.client,
             "enqueue",
-            [k.pending, k.schedule, k.wake, k.offers, k.active, k.meta],
+            self.script_keys("enqueue"),
             args,
         )
         return [JobId(text(flag)) if isinstance(flag, bytes) else int(flag) == 1 for flag in reply]
@@ -148,7 +156,7 @@ class Queue:
         reply = await self.scripts.call(
             self.client,
             "claim",
-            [k.pending, k.active, k.meta, k.dead, k.prefix + LIMITER, k.suspects, k.offers],
+            self.script_keys("claim"),
             [
                 k.prefix,
                 lease_ms,
@@ -169,7 +177,7 @@ class Queue:
         reply = await self.scripts.call(
             self.client,
             "withdraw",
-            [k.offers, k.active, k.pending, k.wake],
+            self.script_keys("withdraw"),
             [k.prefix, offer_nonce, lease_ms],
         )
         return int(reply)
@@ -182,7 +190,7 @@ class Queue:
             args: list[ArgValue] = [self.keys.prefix, lease_ms]
             for lease in leases[start : start + RENEW_CHUNK]:
                 args += [lease.id, lease.token, lease.nonce]
-            calls.append(([self.keys.active, self.keys.cancel], args))
+            calls.append((self.script_keys("renew"), args))
         if len(calls) == 1:
             replies = [await self.scripts.call(self.client, "renew", *calls[0])]
         else:
@@ -215,11 +223,10 @@ class Queue:
                 failure.max_attempts,
                 failure.error,
             ]
-        k = self.keys
         reply = await self.scripts.call(
             self.client,
             "settle",
-            [k.completed, k.schedule, k.dead, k.failed, k.wake, k.cancel, k.suspects],
+            self.script_keys("settle"),
             args,
         )
         results = settle_results(reply, len(outcomes))
@@ -247,9 +254,8 @@ class Queue:
         args: list[ArgValue] = [self.keys.prefix]
         for lease in leases:
             args += [lease.id, lease.token, lease.nonce]
-        k = self.keys
         return int(
-            await self.scripts.call(self.client, "release", [k.active, k.pending, k.wake], args)
+            await self.scripts.call(self.client, "release", self.script_keys("release"), args)
         )
 
     async def reap(self, batch: int, max_attempts: int) -> ReapResult:
@@ -257,7 +263,7 @@ class Queue:
         reply = await self.scripts.call(
             self.client,
             "reap",
-            [k.active, k.pending, k.dead, k.failed, k.wake, k.suspects],
+            self.script_keys("reap"),
             [k.prefix, batch, max_attempts],
         )
         return reap_result(reply)
@@ -265,7 +271,7 @@ class Queue:
     async def promote(self, batch: int) -> PromoteResult:
         k = self.keys
         reply = await self.scripts.call(
-            self.client, "promote", [k.schedule, k.pending, k.wake], [k.prefix, batch]
+            self.client, "promote", self.script_keys("promote"), [k.prefix, batch]
         )
         return promote_result(reply)
 
@@ -276,7 +282,7 @@ class Queue:
         reply = await self.scripts.call(
             self.client,
             "remove",
-            [k.pending, k.active, k.schedule, k.dead, k.suspects],
+            self.script_keys("remove"),
             [k.prefix, job_id, dedup_id, "dead" if only_dead else ""],
         )
         return int(reply) == 1
@@ -285,7 +291,7 @@ class Queue:
         """Return a dead job to pending with a fresh retry budget; False when it was gone."""
         k = self.keys
         reply = await self.scripts.call(
-            self.client, "reprocess", [k.dead, k.pending, k.wake, k.suspects], [k.prefix, job_id]
+            self.client, "reprocess", self.script_keys("reprocess"), [k.prefix, job_id]
         )
         return int(reply) == 1
 

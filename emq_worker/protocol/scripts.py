@@ -1,7 +1,8 @@
 """The Lua scripts: read from `lua/*.lua` at start-up, loaded once, called by EVALSHA.
 
-Each script's header declares its `KEYS[i] =` lines; the loader checks that count against the
-number of keys the Python side declares, so a wrapper and its script cannot drift apart. On
+Each script's header declares its `KEYS[i] = emq:{q}:<name>` lines, and that header is the one
+source of the keys a call passes: `Scripts.keys` fills a queue's prefix (and a job id) into the
+names, in the header's order, so a wrapper cannot pass too few keys or two in the wrong order. On
 NOSCRIPT (server restart, failover, SCRIPT FLUSH) the script is loaded again and the call retried
 once. Error replies whose text starts with an EchoMQ class word become typed exceptions here, in
 exactly one place.
@@ -29,30 +30,32 @@ from emq_worker.errors import (
 from emq_worker.server.cluster import ClusterUnavailableError, is_moving
 
 _INCLUDE = re.compile(r"^--- @include (\w+)\s*$", re.MULTILINE)
-_KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\] = ", re.MULTILINE)
+_KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\] = (\S+)", re.MULTILINE)
+_KEY_NAME = re.compile(r"emq:\{q\}:((?:[a-z_]+|<id>)(?::(?:[a-z_]+|<id>))*)")
+JOB_ID = "<id>"
 _ERROR_CLASSES: Final[dict[str, type[ProtocolReplyError]]] = {
     "EMQKIND": KindError,
     "EMQLOCK": LockedError,
     "EMQSTATE": StateError,
 }
 
-KEY_COUNTS: Final[dict[str, int]] = {
-    "enqueue": 6,
-    "claim": 7,
-    "renew": 2,
-    "settle": 7,
-    "release": 3,
-    "withdraw": 4,
-    "reap": 6,
-    "promote": 3,
-    "remove": 5,
-    "reprocess": 4,
-    "progress": 1,
-    "joblog": 1,
-    "repeat": 3,
-    "repeat_due": 1,
-}
-"""How many KEYS each verb's Python wrapper passes; checked against each script's header."""
+VERBS: Final = (
+    "enqueue",
+    "claim",
+    "renew",
+    "settle",
+    "release",
+    "withdraw",
+    "reap",
+    "promote",
+    "remove",
+    "reprocess",
+    "progress",
+    "joblog",
+    "repeat",
+    "repeat_due",
+)
+"""Every verb with a script, `lua/<verb>.lua`; each is built and loaded at start-up."""
 
 ArgValue = str | bytes | int
 
@@ -62,41 +65,60 @@ class LuaScript:
     name: str
     source: str
     sha: str
-    key_count: int
+    keys: tuple[str, ...]
+    """The header's key names after `emq:{q}:`, in KEYS order (`<id>` stands for a job id)."""
+
+    @property
+    def key_count(self) -> int:
+        return len(self.keys)
 
 
 def read_source(name: str) -> str:
-    """`lua/<name>.lua`, each `--- @include x` line replaced by `lua/includes/x.lua`."""
+    """`lua/<name>.lua`, each `--- @include x` line replaced by `lua/includes/x.lua` (itself
+    expanded the same way; an include already inlined is not repeated)."""
     folder = resources.files("emq_worker.protocol") / "lua"
     try:
         text = (folder / f"{name}.lua").read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise ScriptError(f"no Lua script for verb {name!r} (lua/{name}.lua)") from exc
 
+    included: set[str] = set()
+
     def include(match: re.Match[str]) -> str:
-        return (folder / "includes" / f"{match.group(1)}.lua").read_text(encoding="utf-8")
+        # Includes may include others (fence needs wake); each is inlined once, where first named.
+        name = match.group(1)
+        if name in included:
+            return ""
+        included.add(name)
+        source = (folder / "includes" / f"{name}.lua").read_text(encoding="utf-8")
+        return _INCLUDE.sub(include, source)
 
     return _INCLUDE.sub(include, text)
 
 
-def declared_key_count(source: str) -> int:
-    """The number of `-- KEYS[i] =` lines in a script's header (they must run 1..n)."""
-    numbers = [int(n) for n in _KEY_LINE.findall(source)]
+def declared_keys(source: str) -> tuple[str, ...]:
+    """The key names of a script's `-- KEYS[i] = emq:{q}:<name>` header lines (numbered 1..n)."""
+    lines = _KEY_LINE.findall(source)
+    numbers = [int(number) for number, _ in lines]
     if numbers != list(range(1, len(numbers) + 1)):
         raise ScriptError(f"KEYS lines must be numbered 1..n in order; got {numbers}")
-    return len(numbers)
+    names = []
+    for number, key in lines:
+        match = _KEY_NAME.fullmatch(key)
+        if match is None:
+            raise ScriptError(f"KEYS[{number}] must name a key emq:{{q}}:<name>; got {key!r}")
+        names.append(match.group(1))
+    return tuple(names)
 
 
 def build(name: str) -> LuaScript:
     source = read_source(name)
-    declared = declared_key_count(source)
-    expected = KEY_COUNTS[name]
-    if declared != expected:
-        raise ScriptError(
-            f"lua/{name}.lua declares {declared} KEYS but its wrapper passes {expected}"
-        )
+    try:
+        keys = declared_keys(source)
+    except ScriptError as exc:
+        raise ScriptError(f"lua/{name}.lua: {exc}") from exc
     sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
-    return LuaScript(name=name, source=source, sha=sha, key_count=declared)
+    return LuaScript(name=name, source=source, sha=sha, keys=keys)
 
 
 def typed_error(error: ResponseError) -> Exception:
@@ -117,7 +139,7 @@ class Scripts:
     """Every verb's script, built once; `call` runs one by EVALSHA with NOSCRIPT recovery."""
 
     def __init__(self) -> None:
-        self.by_name: dict[str, LuaScript] = {name: build(name) for name in KEY_COUNTS}
+        self.by_name: dict[str, LuaScript] = {name: build(name) for name in VERBS}
 
     async def load_all(self, client: Redis) -> None:
         """SCRIPT LOAD every script; fail fast naming the file the server rejects."""
@@ -133,6 +155,18 @@ class Scripts:
             sha = sha.decode()
         if sha != script.sha:
             raise ScriptError(f"SCRIPT LOAD of lua/{script.name}.lua returned sha {sha}")
+
+    def keys(self, name: str, prefix: str, job_id: str | None = None) -> list[str]:
+        """The keys of a call of `name` on the queue whose prefix is `prefix` ("emq:{q}:"), in
+        the order its header declares them; `job_id` fills a job's keys (`job:<id>...`)."""
+        keys = []
+        for key in self.by_name[name].keys:
+            if JOB_ID in key:
+                if job_id is None:
+                    raise ScriptError(f"{name} names a job's key ({key}); no job id given")
+                key = key.replace(JOB_ID, job_id)
+            keys.append(prefix + key)
+        return keys
 
     async def call(
         self, client: Redis, name: str, keys: Sequence[str], args: Sequence[ArgValue]

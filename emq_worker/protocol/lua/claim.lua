@@ -75,6 +75,7 @@
 -- written after it: a prefix of this claim's effects leaves every job it names in pending (or in
 -- active too, where the reaper finds it), never in no set, and takes nothing it does not name.
 --- @include now_ms
+--- @include wake
 --- @include events
 --- @include handoff
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -206,13 +207,9 @@ local left_waiting = false
 -- Wake tokens for the ready jobs left in pending, best effort (pcall: a wrong-typed wake key must
 -- not fail the call half-way), as many as jobs and at most 64, as the other scripts push them.
 local function announce(n)
-  local tokens = {}
-  for i = 1, math.min(n, 64) do
-    tokens[i] = '1'
-  end
-  if #tokens > 0 then
-    redis.pcall('LPUSH', p .. 'wake', unpack(tokens))
-    redis.pcall('LTRIM', p .. 'wake', 0, 63)
+  if n > 0 then
+    redis.pcall('LPUSH', p .. 'wake', unpack(wake_tokens(n)))
+    redis.pcall('LTRIM', p .. 'wake', 0, WAKE_TOKENS_KEPT - 1)
   end
 end
 if suspects then

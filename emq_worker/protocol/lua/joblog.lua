@@ -17,12 +17,9 @@
 --   'state', state       the token matches but the job is not active any more (reaped)
 --- @include fence
 local p, id, token, nonce, keep = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local _, state, verdict = fence(p, id, token, nonce)
-if verdict then
-  return {verdict[1], verdict[2] or ''}
-end
-if state ~= 'active' then
-  return {'state', state or ''}
+local _, refusal = active_holder(p, id, token, nonce)
+if refusal then
+  return refusal
 end
 local length = redis.call('RPUSH', KEYS[1], ARGV[6])
 if length > keep then

@@ -19,12 +19,9 @@
 --- @include now_ms
 --- @include fence
 local p, q, id, token, nonce, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local row, state, verdict = fence(p, id, token, nonce)
-if verdict then
-  return {verdict[1], verdict[2] or ''}
-end
-if state ~= 'active' then
-  return {'state', state or ''}
+local row, refusal = active_holder(p, id, token, nonce)
+if refusal then
+  return refusal
 end
 redis.call('HSET', row, 'progress', value)
 local event = '{"event":"progress","queue":' .. cjson.encode(q) .. ',"job_id":' .. cjson.encode(id)

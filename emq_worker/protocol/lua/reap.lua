@@ -5,7 +5,7 @@
 -- KEYS[3] = emq:{q}:dead
 -- KEYS[4] = emq:{q}:metrics:failed
 -- KEYS[5] = emq:{q}:wake
--- KEYS[6] = emq:{q}:suspects: a job returned to pending is SADDed (claim leases it alone) when
+-- KEYS[6] = emq:{q}:suspects (SET): a job returned to pending is SADDed (claim leases it alone) when
 --           this is its second reap (the row's `reaps` counts them), or when its next attempt is
 --           its last: its holders died or froze running it twice, maybe because of it, or
 --           one more death beside another job would dead-letter it. A job dead-lettered or found

@@ -1,3 +1,4 @@
+--- @include wake
 -- fence(p, id, token, nonce): is the holder of (token, nonce) still the owner of job `id`?
 -- Returns: row key, row state, and nil when the holder may write, then the row's dedup id (read
 -- in the same HMGET, so a completion that releases it costs no extra call); otherwise a verdict:
@@ -51,15 +52,16 @@ local function settle_admit(p, id, token, nonce)
   return nil, {'state', state or ''}
 end
 
--- wake(key, n): push up to n wake tokens (the list is kept at 64), one per parked worker to start.
-local function wake(key, n)
-  if n <= 0 then
-    return
+-- active_holder(p, id, token, nonce): the prelude of a running job's own writes (progress, log
+-- lines): the row key when the holder still owns the job and it is active; else nil and the
+-- reply to return, {status, detail}: 'gone', 'stale' (current) or 'state' (the job's state).
+local function active_holder(p, id, token, nonce)
+  local row, state, verdict = fence(p, id, token, nonce)
+  if verdict then
+    return nil, {verdict[1], verdict[2] or ''}
   end
-  local tokens = {}
-  for i = 1, math.min(n, 64) do
-    tokens[i] = '1'
+  if state ~= 'active' then
+    return nil, {'state', state or ''}
   end
-  redis.call('LPUSH', key, unpack(tokens))
-  redis.call('LTRIM', key, 0, 63)
+  return row, nil
 end
