@@ -1,6 +1,7 @@
-"""Least privilege: the README's ACL user runs a real worker and producer (every job completes)
-and can do nothing else; a wrong password or a missing permission stops the worker at start with
-its own exit code and a clear message, never a retry storm. The password comes from a file."""
+"""Least privilege: the ACL user of docs/how-to/secure.md runs a real worker and producer (every
+job completes) and can do nothing else; a wrong password or a missing permission stops the worker
+at start with its own exit code and a clear message, never a retry storm. The password comes from
+a file."""
 
 from __future__ import annotations
 
@@ -30,13 +31,14 @@ USER = "emq-worker"
 PASSWORD = "Pa55-acl-s3cret"
 JOBS = 200
 WIRE = DEFAULT_WIRE_VERSION
-RULES_IN_README = re.compile(r"ACL SETUSER emq-worker on >PASSWORD (.+)$", re.MULTILINE)
+SECURE_PAGE = REPO_ROOT / "docs" / "how-to" / "secure.md"
+RULES_IN_DOCS = re.compile(r"ACL SETUSER emq-worker on >PASSWORD (.+)$", re.MULTILINE)
 
 
 def readme_rules() -> list[str]:
-    """The ACL rules the README's Security section tells operators to use, for queue `orders`."""
-    found = RULES_IN_README.search((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
-    assert found, "README.md shows no `ACL SETUSER emq-worker on >PASSWORD ...` line"
+    """The ACL rules the docs' security page tells operators to use, for queue `orders`."""
+    found = RULES_IN_DOCS.search(SECURE_PAGE.read_text(encoding="utf-8"))
+    assert found, f"{SECURE_PAGE} shows no `ACL SETUSER emq-worker on >PASSWORD ...` line"
     return found.group(1).strip().strip("`").split()
 
 
@@ -138,7 +140,7 @@ async def test_a_missing_permission_stops_the_worker_at_start_with_exit_4(
     assert done.returncode == EXIT_NOPERM == 4, said
     [error] = [line for line in said.splitlines() if line.startswith("Error:")]
     assert "NOPERM" in error
-    assert "README" in error  # the hint points at the Security section
+    assert "docs/how-to/secure.md" in error  # the hint points at the security page
     assert PASSWORD not in said
 
 

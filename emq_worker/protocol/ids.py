@@ -21,7 +21,7 @@ EPOCH_MS: Final = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 MAX_SNOWFLAKE: Final = 2**63 - 1
 MAX_NODE_ID: Final = 1023
 DEFAULT_NODE_ID: Final = 1000
-"""Python producers default to node 1000; give Elixir nodes ids below 896 (see README)."""
+"""Python producers mint as node 1000; give Elixir nodes ids below 896 (docs/how-to/echomq.md)."""
 
 _INDEX = {char: value for value, char in enumerate(ALPHABET)}
 _NAMESPACE = re.compile(r"[A-Z]{3}")

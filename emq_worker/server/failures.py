@@ -76,7 +76,7 @@ _HINTS = {
     "OOM": "Redis is out of memory (maxmemory reached); free memory or raise maxmemory",
     "READONLY": "Redis is a read-only replica; point the worker at the primary",
     "MISCONF": "Redis refuses writes after a failed background save; fix its disk",
-    "NOPERM": "the ACL user lacks a permission the worker needs (see README, Security)",
+    "NOPERM": "the ACL user lacks a permission the worker needs (see docs/how-to/secure.md)",
     "WRONGPASS": "Redis refused the user name or password",
     "NOAUTH": "Redis requires a password and none was given",
 }
