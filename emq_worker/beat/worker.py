@@ -144,6 +144,7 @@ class Worker:
         book, slots = LeaseBook(), SlotSignal()
         batcher = SettleBatcher(queues, book, slots, settings, self.counters)
         runner = JobRunner(self.app, batcher, settings, self._rng)
+        runner.clock = self._clock
         registry = CollectorRegistry(auto_describe=True) if settings.http else None
         beat = BeatNotifier(self.notifier, self._clock) if registry is not None else None
         supervisor = Supervisor(
