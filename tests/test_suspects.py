@@ -201,6 +201,21 @@ async def test_settling_a_suspect_clears_the_mark(conf: Harness, outcome: str) -
     assert other in await conf.members(conf.keys.pending)
 
 
+async def test_settling_a_suspect_while_others_wait_pushes_a_wake_token(conf: Harness) -> None:
+    first, second = await conf.enqueue_many(2)
+    await mark_suspect(conf, first)
+    await mark_suspect(conf, second)
+    job = (await conf.queue.claim(10, LEASE_MS)).jobs[0]
+    assert await conf.members(conf.keys.pending) == [second]
+    await conf.client.delete(conf.keys.wake)
+    await conf.complete(job)
+    assert await conf.client.llen(conf.keys.wake) == 1
+    last = (await conf.queue.claim(10, LEASE_MS)).jobs[0]
+    await conf.client.delete(conf.keys.wake)
+    await conf.complete(last)  # no suspect left: nobody to wake
+    assert await conf.client.llen(conf.keys.wake) == 0
+
+
 async def test_a_suspect_the_reaper_dead_letters_is_cleared(conf: Harness) -> None:
     job_id = await conf.enqueue()
     await reaped_back(conf, max_attempts=2)
