@@ -140,17 +140,41 @@ async def kill_recovery(directory: Path, size: RecoverySize, seed: int = 7) -> R
             group.cancel_scope.cancel()
         await stop_gracefully(fleet)
         verdict = await judge(client, fleet, ids)
-    times, unseen = deadlines.recovery(read_ledger(processes.ledger.path.parent))
+    events = read_ledger(processes.ledger.path.parent)
+    times, unseen = deadlines.recovery(events)
     verdict.recovery_s = times
     facts = {
         "kills": len(fleet.faults),
         "leases_recovered": len(times),
         "deadline_unseen": unseen,
         "suspect_claims": sum(1 for e in fleet.events("job_claimed") if e.get("suspect")),
+        "suspects_side_by_side": side_by_side(fleet, events),
+        "not_started": len(fleet.events("job_not_started")),
     }
     bound = (size.lease_ms + size.beat_ms) / 1000 + RECOVERY_SLACK_S
     name = "SIGKILL every ~3 s, from deadline"
     return RowResult(name, verdict, _sizes(size), time.monotonic() - began, facts, bound)
+
+
+def side_by_side(fleet: Fleet, events: Sequence[Event]) -> int:
+    """Pairs of suspects whose handlers overlapped in one process (a suspect leased beside
+    another once it had waited half a lease); a run without `done` lasts to the process's last
+    ledger line (it was killed)."""
+    spans: dict[tuple[str, int, int], list[float]] = {}
+    last: dict[int, float] = {}
+    for event in events:
+        spans.setdefault((event.job, event.attempt, event.pid), []).append(event.mono)
+        last[event.pid] = max(last.get(event.pid, event.mono), event.mono)
+    pairs = 0
+    for worker in fleet.processes.started:
+        runs = []
+        for claimed in worker.find("job_claimed", suspect=True):
+            marks = spans.get((str(claimed["job_id"]), int(claimed["attempts"]), worker.pid))
+            if marks:
+                runs.append((marks[0], marks[1] if len(marks) > 1 else last[worker.pid]))
+        runs.sort()
+        pairs += sum(1 for i, a in enumerate(runs) for b in runs[i + 1 :] if b[0] < a[1])
+    return pairs
 
 
 def _text(value: object) -> str:
