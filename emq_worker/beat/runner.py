@@ -99,7 +99,16 @@ class JobRunner:
         queue = self.batcher.queues.get(lease.job.queue)
         if queue is None or not needs_check(lease, self.settings.lease_ms, now):
             return True
-        if await still_held(lease, queue, self.settings.lease_ms, now):
+        try:
+            held = await still_held(lease, queue, self.settings.lease_ms, now)
+        except asyncio.CancelledError:
+            if not (lease.lost or lease.cancel_requested):
+                raise  # the worker is stopping: the lease is handed back
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            return not lease.lost  # cancelled: run() settles it dead; lost: the sweep dropped it
+        if held:
             return not lease.lost  # (lost meanwhile to the sweep: it dropped the lease itself)
         lease.lost = True  # (not lose(): that would cancel this very task)
         self.batcher.book.discard(lease)

@@ -5,7 +5,7 @@
 -- KEYS[3] = emq:{q}:meta
 -- KEYS[4] = emq:{q}:dead
 -- KEYS[5] = emq:{q}:limiter (the rate limit's counter: jobs leased in the current window)
--- KEYS[6] = emq:{q}:suspects (SET of ids reap.lua marked: see 'solo' below)
+-- KEYS[6] = emq:{q}:suspects (SET of ids reap.lua marked: see 'Suspects' below)
 -- KEYS[7] = emq:{q}:offers (ZSET of hand-off offers: see 'offered' below)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = lease_ms (> 0): the deadline is server TIME + lease_ms
