@@ -303,3 +303,38 @@ async def test_a_worker_runs_suspects_beside_ordinary_jobs_but_not_beside_each_o
 async def _async(value: Any) -> Any:
     await anyio.lowlevel.checkpoint()
     return value
+
+
+async def test_a_suspect_passed_over_shares_a_worker_once_it_has_waited_half_a_lease(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """One worker, two suspects: the first runs on and holds the worker's suspect room; the
+    second is passed over, then leased beside it once it has waited half a lease (the bound on
+    how long a suspect waits for another), never sooner."""
+    lease_ms, beat_ms = 600, 100
+    app = App()
+    released = anyio.Event()
+    started: dict[str, float] = {}
+
+    @app.task
+    async def hold(ctx: JobContext) -> None:
+        started[ctx.job_id] = time.monotonic()
+        await released.wait()
+
+    producer = Producer(client)
+    conf = Harness.of(client, queue_name)
+    first = (await producer.enqueue(queue_name, "hold")).job_id
+    second = (await producer.enqueue(queue_name, "hold")).job_id
+    await mark_suspect(conf, first)
+    await mark_suspect(conf, second)
+    marked_at = time.monotonic()
+    settings = worker_settings(
+        queue_name, redis_url, concurrency=5, lease_ms=lease_ms, beat_ms=beat_ms
+    )
+    async with running_worker(settings, app):
+        await eventually(lambda: _async(second in started), what="the second suspect started")
+        assert first in started  # and still runs: its handler waits for `released`
+        released.set()
+    waited = started[second] - marked_at
+    assert waited >= lease_ms / 2000 - 0.05, f"leased beside another after {waited:.3f} s"
+    assert waited <= (lease_ms / 2 + beat_ms) / 1000 + 1.0, f"waited {waited:.3f} s"
