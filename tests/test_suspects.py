@@ -1,6 +1,7 @@
-"""Suspects: a job whose lease the reaper took back (its holder died or froze while running it)
-is claimed alone ('solo') and run with nothing beside it, so a job that kills its process takes
-no other job with it. Scripts against a real redis-server, then one worker end to end."""
+"""Suspects: a job whose lease the reaper took back twice (its holders died or froze while running
+it) is leased beside ordinary jobs but never beside another suspect until it has waited half a
+lease, so a job that kills its process takes no other suspect with it, and nothing waits for a
+worker to empty. Scripts against a real redis-server, then one worker end to end."""
 
 from __future__ import annotations
 
@@ -13,12 +14,9 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from emq_worker import App, JobContext, Producer
-from emq_worker.admin.verbs import cancel_job
-from emq_worker.beat.runner import CANCELLED
 from emq_worker.errors import ScriptError
 from emq_worker.protocol.names import JobId
-from emq_worker.protocol.queue import Queue
-from emq_worker.protocol.replies import claim_result
+from emq_worker.protocol.replies import ClaimResult, claim_result
 from tests.support.conformance import LEASE_MS, RECEIPT_MS, Harness, held, lapse
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
@@ -37,9 +35,21 @@ async def suspects(conf: Harness) -> set[str]:
     return {member.decode() for member in members}
 
 
-async def mark_suspect(conf: Harness, job_id: str) -> None:
-    """What reap does to a job it returns to pending a second time (shown by the tests below)."""
+async def server_ms(client: Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def mark_suspect(conf: Harness, job_id: str, waited_ms: int = 0) -> None:
+    """What reap does to a job it returns to pending a second time (shown by the tests below),
+    `waited_ms` ago."""
     await conf.client.sadd(conf.keys.suspects, job_id)
+    reaped_at = await server_ms(conf.client) - waited_ms
+    await conf.client.hset(conf.keys.job(job_id), "reaped_at", reaped_at)
+
+
+def ids_of(result: ClaimResult) -> list[JobId]:
+    return [job.id for job in result.jobs]
 
 
 async def reaped_back(conf: Harness, max_attempts: int = 5) -> JobId:
@@ -78,43 +88,70 @@ async def test_a_job_reaped_before_its_last_attempt_becomes_a_suspect(conf: Harn
 async def test_without_suspects_a_claim_leases_the_whole_batch(conf: Harness) -> None:
     ids = await conf.enqueue_many(4)
     result = await conf.queue.claim(10, LEASE_MS)
-    assert [job.id for job in result.jobs] == ids
-    assert not result.solo
+    assert ids_of(result) == ids
+    assert result.suspects == frozenset()
 
 
-async def test_a_suspect_popped_first_is_leased_alone_and_the_rest_keep_their_order(
+async def test_a_suspect_is_leased_beside_ordinary_jobs_and_named_in_the_reply(
     conf: Harness,
 ) -> None:
     first, *rest = await conf.enqueue_many(4)
     await mark_suspect(conf, first)
     result = await conf.queue.claim(10, LEASE_MS)
-    assert result.solo
-    assert [job.id for job in result.jobs] == [first]
-    assert await conf.members(conf.keys.pending) == rest
-    assert await conf.members(conf.keys.active) == [first]
-    assert [await conf.field(job_id, "attempts") for job_id in rest] == [b"0"] * 3
+    assert ids_of(result) == [first, *rest]
+    assert result.suspects == {first}
+    assert await conf.members(conf.keys.pending) == []
 
 
-async def test_a_claim_stops_before_a_later_suspect(conf: Harness) -> None:
+async def test_without_suspect_room_a_claim_passes_over_a_suspect_to_the_jobs_behind_it(
+    conf: Harness,
+) -> None:
     a, b, suspect, d = await conf.enqueue_many(4)
     await mark_suspect(conf, suspect)
-    before = await conf.queue.claim(10, LEASE_MS)
-    assert [job.id for job in before.jobs] == [a, b]
-    assert not before.solo
-    assert await conf.members(conf.keys.pending) == [suspect, d]
-    alone = await conf.queue.claim(10, LEASE_MS)
-    assert (alone.solo, [job.id for job in alone.jobs]) == (True, [suspect])
-    assert await conf.members(conf.keys.pending) == [d]
-    after = await conf.queue.claim(10, LEASE_MS)
-    assert (after.solo, [job.id for job in after.jobs]) == (False, [d])
+    passed = await conf.queue.claim(10, LEASE_MS, suspect_room=0)
+    assert (ids_of(passed), passed.suspects) == ([a, b, d], frozenset())
+    assert await conf.members(conf.keys.pending) == [suspect]
+    assert await conf.field(suspect, "attempts") == b"0"
+    assert not passed.offered
+    taken = await conf.queue.claim(10, LEASE_MS)
+    assert (ids_of(taken), set(taken.suspects)) == ([suspect], {suspect})
 
 
-async def test_the_jobs_put_back_are_announced_with_wake_tokens(conf: Harness) -> None:
-    suspect, *_ = await conf.enqueue_many(4)
-    await conf.client.delete(conf.keys.wake)
+async def test_a_claim_counts_only_what_it_leases_against_count(conf: Harness) -> None:
+    suspect, b, c = await conf.enqueue_many(3)
     await mark_suspect(conf, suspect)
-    assert (await conf.queue.claim(10, LEASE_MS)).solo
-    assert await conf.client.llen(conf.keys.wake) == 3
+    result = await conf.queue.claim(2, LEASE_MS, suspect_room=0)
+    assert ids_of(result) == [b, c]
+    assert await conf.members(conf.keys.pending) == [suspect]
+
+
+async def test_two_suspects_are_not_leased_together_until_one_has_waited_half_a_lease(
+    conf: Harness,
+) -> None:
+    ids = await conf.enqueue_many(4)
+    await mark_suspect(conf, ids[0])
+    await mark_suspect(conf, ids[1])
+    await mark_suspect(conf, ids[2], waited_ms=LEASE_MS // 2)
+    result = await conf.queue.claim(10, LEASE_MS)
+    assert ids_of(result) == [ids[0], ids[2], ids[3]]
+    assert result.suspects == {ids[0], ids[2]}
+    assert await conf.members(conf.keys.pending) == [ids[1]]
+
+
+async def test_a_suspect_without_a_reap_time_counts_as_waited(conf: Harness) -> None:
+    suspect, other = await conf.enqueue_many(2)
+    await conf.client.sadd(conf.keys.suspects, suspect)  # as a reaper before reaped_at marked it
+    result = await conf.queue.claim(10, LEASE_MS, suspect_room=0)
+    assert (ids_of(result), set(result.suspects)) == ([suspect, other], {suspect})
+
+
+async def test_the_reaper_records_when_it_returned_a_job(conf: Harness) -> None:
+    await conf.enqueue()
+    before = await server_ms(conf.client)
+    job_id = await reaped_back(conf)
+    reaped_at = await conf.field(job_id, "reaped_at")
+    assert reaped_at is not None
+    assert before <= int(reaped_at) <= await server_ms(conf.client)
 
 
 async def test_a_wrong_typed_suspects_key_fails_the_claim_before_anything_is_popped(
@@ -130,48 +167,32 @@ async def test_a_wrong_typed_suspects_key_fails_the_claim_before_anything_is_pop
         await conf.client.delete(conf.keys.suspects)
 
 
-async def test_two_suspects_are_never_leased_together(conf: Harness) -> None:
-    ids = await conf.enqueue_many(3)
-    for job_id in ids[:2]:
-        await mark_suspect(conf, job_id)
-    first = await conf.queue.claim(10, LEASE_MS)
-    second = await conf.queue.claim(10, LEASE_MS)
-    third = await conf.queue.claim(10, LEASE_MS)
-    assert [(r.solo, [j.id for j in r.jobs]) for r in (first, second, third)] == [
-        (True, [ids[0]]),
-        (True, [ids[1]]),
-        (False, [ids[2]]),
-    ]
-
-
-async def test_a_resent_claim_returns_the_suspect_again_as_solo(conf: Harness) -> None:
+async def test_a_resent_claim_names_the_suspect_again(conf: Harness) -> None:
     suspect, other = await conf.enqueue_many(2)
     await mark_suspect(conf, suspect)
     first = await conf.queue.claim(10, LEASE_MS, "nonce-1")
     again = await conf.queue.claim(10, LEASE_MS, "nonce-1")
-    assert (first.solo, again.solo) == (True, True)
+    assert (set(first.suspects), set(again.suspects)) == ({suspect}, {suspect})
     assert again.jobs == first.jobs
-    assert [job.id for job in again.jobs] == [suspect]
-    assert await conf.members(conf.keys.pending) == [other]
+    assert ids_of(again) == [suspect, other]
 
 
-async def test_solo_wins_over_a_concurrency_limit_that_bound_the_claim(conf: Harness) -> None:
+async def test_a_limited_reply_names_its_suspect_too(conf: Harness) -> None:
     suspect, _ = await conf.enqueue_many(2)
     await mark_suspect(conf, suspect)
     await conf.client.hset(conf.keys.meta, "concurrency", 1)
     result = await conf.queue.claim(5, LEASE_MS)
-    assert (result.solo, result.limited, [job.id for job in result.jobs]) == (True, None, [suspect])
-    refused = await conf.queue.claim(5, LEASE_MS)
-    assert refused.limited is not None
-    assert (refused.limited.reason, refused.solo, refused.jobs) == ("concurrency", False, ())
+    assert result.limited is not None
+    assert (result.limited.reason, ids_of(result)) == ("concurrency", [suspect])
+    assert result.suspects == {suspect}
 
 
 @pytest.mark.parametrize("outcome", ["complete", "retry", "dead"])
 async def test_settling_a_suspect_clears_the_mark(conf: Harness, outcome: str) -> None:
     suspect, other = await conf.enqueue_many(2)
     await mark_suspect(conf, suspect)
-    await mark_suspect(conf, "a-job-that-stays-suspect")
-    job = (await conf.queue.claim(10, LEASE_MS)).jobs[0]
+    await conf.client.sadd(conf.keys.suspects, "a-job-that-stays-suspect")
+    job = (await conf.queue.claim(1, LEASE_MS)).jobs[0]
     if outcome == "complete":
         await conf.complete(job)
     else:
@@ -180,11 +201,26 @@ async def test_settling_a_suspect_clears_the_mark(conf: Harness, outcome: str) -
     assert other in await conf.members(conf.keys.pending)
 
 
+async def test_settling_a_suspect_while_others_wait_pushes_a_wake_token(conf: Harness) -> None:
+    first, second = await conf.enqueue_many(2)
+    await mark_suspect(conf, first)
+    await mark_suspect(conf, second)
+    job = (await conf.queue.claim(10, LEASE_MS)).jobs[0]
+    assert await conf.members(conf.keys.pending) == [second]
+    await conf.client.delete(conf.keys.wake)
+    await conf.complete(job)
+    assert await conf.client.llen(conf.keys.wake) == 1
+    last = (await conf.queue.claim(10, LEASE_MS)).jobs[0]
+    await conf.client.delete(conf.keys.wake)
+    await conf.complete(last)  # no suspect left: nobody to wake
+    assert await conf.client.llen(conf.keys.wake) == 0
+
+
 async def test_a_suspect_the_reaper_dead_letters_is_cleared(conf: Harness) -> None:
     job_id = await conf.enqueue()
     await reaped_back(conf, max_attempts=2)
     assert await suspects(conf) == {job_id}
-    assert (await conf.queue.claim(10, SHORT_LEASE_MS)).solo
+    assert (await conf.queue.claim(10, SHORT_LEASE_MS)).suspects == {job_id}
     await lapse(2 * SHORT_LEASE_MS)
     reaped = await conf.queue.reap(10, 2)
     assert reaped.jobs == ((job_id, "dead"),)
@@ -207,12 +243,11 @@ async def test_removing_or_reprocessing_a_suspect_clears_the_mark(conf: Harness)
 
 async def test_a_suspect_whose_row_is_gone_is_dropped_at_claim(conf: Harness) -> None:
     ghost, other = await conf.enqueue_many(2)
-    await mark_suspect(conf, ghost)
+    await conf.client.sadd(conf.keys.suspects, ghost)
     await conf.client.delete(conf.keys.job(ghost))
     result = await conf.queue.claim(10, LEASE_MS)
-    assert (result.solo, result.phantoms, result.jobs) == (False, 1, ())
+    assert (result.suspects, result.phantoms, ids_of(result)) == (frozenset(), 1, [other])
     assert await suspects(conf) == set()
-    assert await conf.members(conf.keys.pending) == [other]
 
 
 async def test_a_settle_without_suspects_leaves_the_set_absent(conf: Harness) -> None:
@@ -222,22 +257,21 @@ async def test_a_settle_without_suspects_leaves_the_set_absent(conf: Harness) ->
     assert not await conf.exists(conf.keys.suspects)
 
 
-def test_a_solo_reply_must_hold_exactly_one_job() -> None:
-    one = [b"solo", 0, b"id1", b"{}", 2]
-    assert claim_result("q", "n", one).solo
-    with pytest.raises(ScriptError, match="exactly one job"):
-        claim_result("q", "n", [b"solo", 0, *one[2:], b"id2", b"{}", 1])
-    with pytest.raises(ScriptError, match="exactly one job"):
-        claim_result("q", "n", [b"solo", 0])
+def test_a_trailing_array_in_a_claim_reply_names_the_suspects() -> None:
+    reply = [b"ok", 0, b"id1", b"{}", 2, b"id2", b"{}", 1, [b"id1"]]
+    result = claim_result("q", "n", reply)
+    assert ([job.id for job in result.jobs], set(result.suspects)) == (["id1", "id2"], {"id1"})
+    limited = claim_result("q", "n", [b"limited", 0, 0, b"rate", b"id1", b"{}", 2, [b"id1"]])
+    assert (limited.limited is not None, set(limited.suspects)) == (True, {"id1"})
     with pytest.raises(ScriptError, match="unexpected claim reply"):
-        claim_result("q", "n", [b"maybe", 0])
+        claim_result("q", "n", [b"solo", 0, b"id1", b"{}", 2])
 
 
-async def test_a_worker_runs_a_suspect_with_nothing_else_beside_it(
+async def test_a_worker_runs_suspects_beside_ordinary_jobs_but_not_beside_each_other(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
-    """Three jobs run when the suspect is claimed: it waits for them, then runs alone, and
-    nothing else starts until it has returned."""
+    """Ten jobs, two of them suspects, on five slots: each suspect starts while ordinary jobs
+    run (nothing waits for the worker to empty), and the two suspects never overlap."""
     app = App()
     spans: dict[str, tuple[float, float]] = {}
 
@@ -249,62 +283,58 @@ async def test_a_worker_runs_a_suspect_with_nothing_else_beside_it(
 
     producer = Producer(client)
     ids = [(await producer.enqueue(queue_name, "work")).job_id for _ in range(10)]
-    suspect = ids[3]
-    await client.sadd(producer.queue(queue_name).keys.suspects, suspect)
+    conf = Harness.of(client, queue_name)
+    for suspect in (ids[1], ids[2]):
+        await mark_suspect(conf, suspect)
     settings = worker_settings(queue_name, redis_url, concurrency=5)
     async with running_worker(settings, app) as worker:
         await eventually(lambda: _async(worker.counters.completed == 10), what="all ten done")
-    alone_from, alone_to = spans[suspect]
-    overlapping = [
-        job_id
-        for job_id, (start, end) in spans.items()
-        if job_id != suspect and start < alone_to and end > alone_from
-    ]
-    assert overlapping == []
-    assert all(spans[job_id][1] <= alone_from for job_id in ids[:3])
+    (a_from, a_to), (b_from, b_to) = spans[ids[1]], spans[ids[2]]
+    assert a_to <= b_from or b_to <= a_from, "two suspects ran side by side"
+    for suspect in (ids[1], ids[2]):
+        start, end = spans[suspect]
+        beside = [
+            j for j, (s, e) in spans.items() if j not in (ids[1], ids[2]) and s < end and e > start
+        ]
+        assert beside, f"suspect {suspect} ran alone: the worker emptied for it"
     assert not await client.exists(producer.queue(queue_name).keys.suspects)
-
-
-async def test_a_suspect_cancelled_while_it_waits_is_dead_lettered_without_running(
-    client: Redis, redis_url: str, queue_name: str
-) -> None:
-    app = App()
-    released = anyio.Event()
-    ran: list[str] = []
-
-    @app.task
-    async def hold(ctx: JobContext) -> None:
-        ran.append(ctx.job_id)
-        await released.wait()
-
-    producer = Producer(client)
-    queue = producer.queue(queue_name)
-    running = (await producer.enqueue(queue_name, "hold")).job_id
-    suspect = (await producer.enqueue(queue_name, "hold")).job_id
-    await client.sadd(queue.keys.suspects, suspect)
-    settings = worker_settings(queue_name, redis_url, concurrency=2)
-    async with running_worker(settings, app):
-        # The suspect is claimed ('solo') and waits, its lease held, behind the running job.
-        await eventually(lambda: _both_active(queue, running, suspect), what="both leased")
-        await cancel_job(queue, suspect)
-        await eventually(lambda: _state_is(queue, suspect, "dead"), what="suspect dead")
-        released.set()
-        await eventually(lambda: _state_is(queue, running, "absent"), what="completion")
-    assert ran == [running]
-    row = await queue.get_job(suspect)
-    assert row is not None
-    assert row["last_error"] == CANCELLED
-    assert not await client.exists(queue.keys.suspects)
-
-
-async def _both_active(queue: Queue, *ids: JobId) -> bool:
-    return all([await queue.state_of(job_id) == "active" for job_id in ids])
-
-
-async def _state_is(queue: Queue, job_id: JobId, state: str) -> bool:
-    return await queue.state_of(job_id) == state
 
 
 async def _async(value: Any) -> Any:
     await anyio.lowlevel.checkpoint()
     return value
+
+
+async def test_a_suspect_passed_over_shares_a_worker_once_it_has_waited_half_a_lease(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """One worker, two suspects: the first runs on and holds the worker's suspect room; the
+    second is passed over, then leased beside it once it has waited half a lease (the bound on
+    how long a suspect waits for another), never sooner."""
+    lease_ms, beat_ms = 600, 100
+    app = App()
+    released = anyio.Event()
+    started: dict[str, float] = {}
+
+    @app.task
+    async def hold(ctx: JobContext) -> None:
+        started[ctx.job_id] = time.monotonic()
+        await released.wait()
+
+    producer = Producer(client)
+    conf = Harness.of(client, queue_name)
+    first = (await producer.enqueue(queue_name, "hold")).job_id
+    second = (await producer.enqueue(queue_name, "hold")).job_id
+    await mark_suspect(conf, first)
+    await mark_suspect(conf, second)
+    marked_at = time.monotonic()
+    settings = worker_settings(
+        queue_name, redis_url, concurrency=5, lease_ms=lease_ms, beat_ms=beat_ms
+    )
+    async with running_worker(settings, app):
+        await eventually(lambda: _async(second in started), what="the second suspect started")
+        assert first in started  # and still runs: its handler waits for `released`
+        released.set()
+    waited = started[second] - marked_at
+    assert waited >= lease_ms / 2000 - 0.05, f"leased beside another after {waited:.3f} s"
+    assert waited <= (lease_ms / 2 + beat_ms) / 1000 + 1.0, f"waited {waited:.3f} s"

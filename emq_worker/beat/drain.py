@@ -5,9 +5,9 @@ left when a call returns fewer than it asked for or says `limited`, and the whol
 bounded by one beat. A standing hand-off offer (offers.py) counts as a slot taken, and the claim
 that empties a queue leaves a new one; a job handed to an offer is started here too.
 
-A claim replies 'solo' for a suspect (a job whose holders died or froze running it): it runs
-once every other job here has finished, and nothing is claimed until its handler returns, so a job
-that kills its process takes no other job with it.
+A claim lists the suspects it leased (jobs whose holders died or froze running them): they run
+at once like any job, and while one runs here the worker claims with no suspect room, so suspects
+are kept apart (suspects.py) while nothing waits for the worker to empty.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from emq_worker.beat.lease import Lease
 from emq_worker.beat.offers import HandedOff, Offers
 from emq_worker.beat.runner import JobRunner
 from emq_worker.beat.state import WorkerState
+from emq_worker.beat.suspects import HeldSuspects
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.status import BeatStatus
 from emq_worker.protocol.limits import CEILING_POLL_MS
@@ -64,8 +65,7 @@ class Drainer:
         """One event per job transition at info; nothing per job above it (throughput)."""
         self.limited_until: float | None = None
         """A queue's limit refused every claim: drain again no sooner than this."""
-        self._solo: Lease | None = None
-        """The suspect claimed 'solo', until its handler returns: nothing is claimed meanwhile."""
+        self.suspects = HeldSuspects(state.book)
 
     async def drain(self, jobs: JobGroup) -> DrainResult:
         drained = DrainResult()
@@ -73,8 +73,6 @@ class Drainer:
         deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
         for queue in self.isolation.ready():
             while not self.stop.requested:
-                if self.solo_running():
-                    return drained
                 if self.clock.monotonic() >= deadline:
                     drained.more = True
                     return drained
@@ -104,18 +102,17 @@ class Drainer:
         for job in result.jobs:
             lease = Lease(job=job, confirmed_at=confirmed_at)
             self.book.add(lease)
-            if result.solo:
-                self._solo = lease
-                jobs.start(self.runner.run_alone, lease, self.book)
-            else:
-                jobs.start(self.runner.run, lease)
+            suspect = job.id in result.suspects
+            if suspect:
+                self.suspects.add(lease)
+            jobs.start(self.runner.run, lease)
             if self._log_jobs:
                 self.log.info(
                     "job_claimed",
                     queue=job.queue,
                     job_id=job.id,
                     attempts=job.token,
-                    **({"solo": True} if result.solo else {}),
+                    **({"suspect": True} if suspect else {}),
                     **({"handed_off": True} if handed_off else {}),
                 )
         if result.jobs:
@@ -128,13 +125,6 @@ class Drainer:
         self.counters.handed_off += 1
         result = ClaimResult((handed.job,), paused=False, phantoms=0)
         self.start(jobs, result, handed.made_at, handed_off=True)
-
-    def solo_running(self) -> bool:
-        """A suspect claimed 'solo' waits to run or runs (its handler has not returned)."""
-        solo = self._solo
-        if solo is not None and (solo.settling or not self.book.holds(solo)):
-            self._solo = solo = None
-        return solo is not None
 
     async def _claim_or_rest(
         self, queue: Queue, count: int, claimed_at: float
@@ -153,12 +143,12 @@ class Drainer:
         nonce = new_nonce()
         terms = self.offers.terms(queue.name, may_offer=not self.stop.requested)
         result: ClaimResult | None = None
-        lease_ms = self.settings.lease_ms
+        lease_ms, room = self.settings.lease_ms, self.suspects.room()
         try:
             try:
-                result = await queue.claim(count, lease_ms, nonce, terms)
+                result = await queue.claim(count, lease_ms, nonce, terms, room)
             except (RedisConnectionError, RedisTimeoutError):
-                result = await queue.claim(count, lease_ms, nonce, terms)
+                result = await queue.claim(count, lease_ms, nonce, terms, room)
         finally:
             self.offers.claimed(queue.name, terms, claimed_at, result)
         return result

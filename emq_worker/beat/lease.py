@@ -60,8 +60,6 @@ class LeaseBook:
         self._emptied.set()
         self._settled = anyio.Event()
         self._settled.set()
-        self._shrunk: anyio.Event | None = None
-        """Set by the next discard, while a job waits to run alone (None otherwise: no cost)."""
 
     def __len__(self) -> int:
         return self._size
@@ -97,8 +95,6 @@ class LeaseBook:
                     self._settled.set()
             if self._size == 0:
                 self._emptied.set()
-            if self._shrunk is not None:
-                self._shrunk.set()
 
     def holds(self, lease: Lease) -> bool:
         return self._by_queue.get(lease.job.queue, {}).get(lease.job.id) is lease
@@ -115,16 +111,6 @@ class LeaseBook:
 
     async def wait_empty(self) -> None:
         await self._emptied.wait()
-
-    async def wait_alone(self, lease: Lease) -> None:
-        """Until `lease` is the only lease held: every other job has finished and its outcome
-        is written (or its lease is gone). Returns at once if `lease` is no longer held."""
-        while self._size > 1 and self.holds(lease):
-            self._shrunk = anyio.Event()
-            try:
-                await self._shrunk.wait()
-            finally:
-                self._shrunk = None
 
     async def wait_settled(self) -> None:
         """Until no outcome is waiting to be written."""

@@ -16,7 +16,8 @@ from typing import Any
 import anyio
 from redis.exceptions import RedisError
 
-from emq_worker.beat.lease import Lease, LeaseBook
+from emq_worker.beat.lease import Lease
+from emq_worker.beat.prestart import needs_check, still_held
 from emq_worker.beat.settle import SettleBatcher
 from emq_worker.beat.state import WorkerState
 from emq_worker.errors import PayloadError, UnknownTaskError
@@ -25,6 +26,7 @@ from emq_worker.jobs.context import JobContext
 from emq_worker.jobs.policy import Policy, resolve
 from emq_worker.jobs.results import encode_result
 from emq_worker.jobs.tasks import App, Task
+from emq_worker.observe.clock import Clock
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.names import Field
 from emq_worker.protocol.queue import Completion, Failure, Outcome
@@ -53,10 +55,12 @@ class JobRunner:
         self.threads = anyio.CapacityLimiter(state.settings.concurrency)
         self._task_policies: dict[int, Policy] = {}
         self.log = get_logger()
+        self.clock: Clock = state.clock
+        """What lease.confirmed_at is measured on."""
 
     async def run(self, lease: Lease) -> None:
         lease.task = asyncio.current_task()
-        if lease.lost:
+        if lease.lost or not await self._still_held(lease):
             return  # lost before it started: nothing ran, nothing to write
         job = lease.job
         if lease.cancel_requested:  # cancelled before it started: dead, without running it
@@ -82,19 +86,28 @@ class JobRunner:
             return
         self.batcher.submit(lease, outcome, call.task.name, seconds)
 
-    async def run_alone(self, lease: Lease, book: LeaseBook) -> None:
-        """Run a suspect job (claimed 'solo') once nothing else this worker held is left: if it
-        kills the process, no other job dies with it. Its lease is held and renewed meanwhile."""
-        lease.task = asyncio.current_task()
+    async def _still_held(self, lease: Lease) -> bool:
+        """False when the lease, last confirmed over half a lease ago (the worker stalled since
+        the claim or the hand-off), turns out lost: the job is dropped unstarted (prestart.py)."""
+        now = self.clock.monotonic()
+        queue = self.batcher.queues.get(lease.job.queue)
+        if queue is None or not needs_check(lease, self.settings.lease_ms, now):
+            return True
         try:
-            await book.wait_alone(lease)
+            held = await still_held(lease, queue, self.settings.lease_ms, now)
         except asyncio.CancelledError:
             if not (lease.lost or lease.cancel_requested):
                 raise  # the worker is stopping: the lease is handed back
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
-        await self.run(lease)  # settles a cancelled job dead; a lost one is dropped
+            return not lease.lost  # cancelled: run() settles it dead; lost: the sweep dropped it
+        if held:
+            return not lease.lost  # (lost meanwhile to the sweep: it dropped the lease itself)
+        lease.lost = True  # (not lose(): that would cancel this very task)
+        self.batcher.book.discard(lease)
+        self.batcher.slots.fire()
+        return False
 
     def _prepare(self, job: ClaimedJob) -> Call:
         writer = self.batcher.queues.get(job.queue)

@@ -199,7 +199,7 @@ class Supervisor:
         with anyio.CancelScope() as scope:
             self._park_scope = scope
             try:
-                if self.book.running >= self.settings.concurrency or self.drainer.solo_running():
+                if self.book.running >= self.settings.concurrency:
                     with anyio.move_on_after(timeout):
                         await self.slots.arm().wait()
                 else:

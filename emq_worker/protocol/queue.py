@@ -146,8 +146,10 @@ class Queue:
         lease_ms: int,
         nonce: str | None = None,
         offer: OfferTerms | None = None,
+        suspect_room: int = 1,
     ) -> ClaimResult:
-        """Lease up to `count` ready jobs. With `offer`, first take over what was handed to the
+        """Lease up to `count` ready jobs, at most `suspect_room` suspects among them (more only
+        once they have waited half a lease). With `offer`, first take over what was handed to the
         worker's standing offer (when `offer.standing`), and leave a new offer if pending runs
         dry (when `offer.offer_ms` > 0): see lua/claim.lua."""
         nonce = nonce or new_nonce()
@@ -166,6 +168,7 @@ class Queue:
                 terms.offer_ms,
                 int(terms.standing),
                 terms.room,
+                suspect_room,
             ],
         )
         return claim_result(self.name, nonce, reply)

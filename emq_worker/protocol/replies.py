@@ -35,16 +35,15 @@ class ClaimResult:
     paused: bool
     phantoms: int
     limited: Limited | None = None
-    solo: bool = False
-    """The one job leased is a suspect (reaped twice, or reaped before its last attempt):
-    it runs with nothing else beside it, and nothing is claimed while it runs. Never with
-    `limited`: the next claim learns any limit afresh."""
+    suspects: frozenset[JobId] = frozenset()
+    """The jobs leased that are suspects (reaped twice, or reaped before their last attempt):
+    the worker holding one asks for no other until it is settled (see lua/claim.lua)."""
     offered: bool = False
     """The claim emptied pending and left this worker's hand-off offer standing: the next job
     enqueued may be leased to it straight away (see lua/claim.lua)."""
 
 
-CLAIM_STATUSES = frozenset({"ok", "offered", "paused", "limited", "solo"})
+CLAIM_STATUSES = frozenset({"ok", "offered", "paused", "limited"})
 
 
 class SettleStatus(StrEnum):
@@ -117,10 +116,15 @@ def settle_results(reply: Any, expected: int) -> list[SettleResult]:
 
 def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:
     """{status, phantoms, jobs...}, or {'limited', phantoms, retry_after_ms, reason, jobs...};
-    status is 'ok', 'offered', 'paused', 'limited' or 'solo' (exactly one job). A paused or
-    limited reply may still list jobs: those a standing offer took over."""
+    status is 'ok', 'offered', 'paused' or 'limited'. A paused or limited reply may still list
+    jobs: those a standing offer took over. A last element that is an array lists the jobs
+    leased that are suspects."""
     if not isinstance(reply, list) or len(reply) < 2 or text(reply[0]) not in CLAIM_STATUSES:
         raise ScriptError(f"unexpected claim reply: {reply!r}")
+    suspects: frozenset[JobId] = frozenset()
+    if isinstance(reply[-1], list):
+        suspects = frozenset(JobId(text(item)) for item in reply[-1])
+        reply = reply[:-1]
     status = text(reply[0])
     first = 4 if status == "limited" else 2
     if len(reply) < first or (len(reply) - first) % 3:
@@ -128,8 +132,6 @@ def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:
     limited = None
     if status == "limited":
         limited = Limited(reason=text(reply[3]), retry_after_ms=max(0, int(reply[2])))
-    if status == "solo" and len(reply) != first + 3:
-        raise ScriptError(f"a 'solo' claim reply must hold exactly one job: {reply!r}")
     jobs = []
     for i in range(first, len(reply), 3):
         payload = reply[i + 1]
@@ -147,7 +149,7 @@ def claim_result(queue: str, nonce: str, reply: Any) -> ClaimResult:
         paused=status == "paused",
         phantoms=int(reply[1]),
         limited=limited,
-        solo=status == "solo",
+        suspects=suspects,
         offered=status == "offered",
     )
 

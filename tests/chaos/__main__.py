@@ -22,8 +22,9 @@ from typing import Any
 import anyio
 
 from emq_worker.observe import log
-from tests.chaos import rows
+from tests.chaos import recovery, rows
 from tests.chaos.test_connections import KILL_CI, LOST_CI
+from tests.chaos.test_kill_recovery import CI_SIZE as RECOVERY_CI
 from tests.chaos.test_partitions import LATENCY_CI, LONG_CI, SHORT_CI
 from tests.chaos.test_poison import BYSTANDERS_CI
 from tests.chaos.test_poison import CI_SIZE as POISON_CI
@@ -43,6 +44,7 @@ class Spec:
 
 SPECS: dict[str, Spec] = {
     "kill": Spec(rows.sigkill_soak, SIGKILL_CI, rows.KillSize()),
+    "recovery": Spec(recovery.kill_recovery, RECOVERY_CI, recovery.RecoverySize()),
     "freeze": Spec(rows.freeze_rounds, FREEZE_CI, rows.FreezeSize()),
     "pause": Spec(rows.short_freezes, PAUSE_CI, rows.PauseSize()),
     "poison": Spec(rows.poison_job, POISON_CI, rows.PoisonSize()),

@@ -259,6 +259,7 @@ def rejections(fleet: Fleet) -> dict[str, int]:
         "self_fenced": len(fleet.events("lease_self_fenced")),
         "job_reaped": len(fleet.events("job_reaped")),
         "job_abandoned": len(fleet.events("job_abandoned")),
+        "not_started": len(fleet.events("job_not_started")),
     }
 
 

@@ -57,8 +57,8 @@ class Job:
     due: bool = False
     reaps: int = 0
     suspect: bool = False
-    """Reaped back to pending a second time, or before its last attempt: claimed alone until it
-    is settled or dead."""
+    """Reaped back to pending a second time, or before its last attempt: at most one per claim
+    until it is settled or dead."""
 
 
 class Protocol(RuleBasedStateMachine):
@@ -133,14 +133,10 @@ class Protocol(RuleBasedStateMachine):
         result = self.run(self.queue.claim, count, LONG_MS, nonce, terms)
         left = count - len(taken)
         pending = sorted(j for j, job in self.jobs.items() if job.state == "pending")
-        popped = pending[: max(0, left)]
-        first_suspect = next((i for i, j in enumerate(popped) if self.jobs[j].suspect), None)
-        solo = first_suspect == 0 and not taken
-        kept = popped if first_suspect is None else popped[:first_suspect]
-        expected = [*taken, *(popped[:1] if solo else kept)]
-        assert [job.id for job in result.jobs] == expected
-        assert result.solo == solo
-        offered = bool(terms.offer_ms) and left > len(pending) and first_suspect is None
+        kept, passed_over = self._lease_order(pending, left)
+        assert [job.id for job in result.jobs] == [*taken, *kept]
+        assert result.suspects == {j for j in kept if self.jobs[j].suspect}
+        offered = bool(terms.offer_ms) and not passed_over and len(kept) < left
         assert result.offered == offered, (terms, left, pending)
         if offered:
             self.standing.add(terms.nonce)
@@ -152,6 +148,23 @@ class Protocol(RuleBasedStateMachine):
             assert claimed.token == job.attempts
             job.state, job.holder, job.expired = "active", (job.attempts, nonce), False
             self.leases.append(HeldLease(claimed.id, claimed.token, nonce))
+
+    def _lease_order(self, pending: list[str], left: int) -> tuple[list[str], bool]:
+        """The pending jobs a claim of `left` leases, in mint order: every ordinary job and one
+        suspect; the later suspects are passed over (none has waited half of LONG_MS here)."""
+        kept: list[str] = []
+        room, passed_over = 1, False
+        for job_id in pending:
+            if len(kept) >= left:
+                break
+            if not self.jobs[job_id].suspect:
+                kept.append(job_id)
+            elif room > 0:
+                room -= 1
+                kept.append(job_id)
+            else:
+                passed_over = True
+        return kept, passed_over
 
     def _held(self, job_id: str, nonce: str) -> bool:
         job = self.jobs[job_id]

@@ -5,7 +5,7 @@
 -- KEYS[3] = emq:{q}:meta
 -- KEYS[4] = emq:{q}:dead
 -- KEYS[5] = emq:{q}:limiter (the rate limit's counter: jobs leased in the current window)
--- KEYS[6] = emq:{q}:suspects (SET of ids reap.lua marked: see 'solo' below)
+-- KEYS[6] = emq:{q}:suspects (SET of ids reap.lua marked: see 'Suspects' below)
 -- KEYS[7] = emq:{q}:offers (ZSET of hand-off offers: see 'offered' below)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = lease_ms (> 0): the deadline is server TIME + lease_ms
@@ -18,11 +18,12 @@
 --           whatever was handed to it ('0' otherwise)
 -- ARGV[8] = room (>= 1): leave the offer only if at least this many slots of `count` are left
 --           unleased (the worker keeps a slot for each of its other queues as well)
+-- ARGV[9] = suspect room (>= 0; absent: 1): how many suspects this claim may lease beside the
+--           rest; the worker sends 0 while it holds a suspect (see 'Suspects' below)
 --
--- Reply: a flat array {status, phantoms, id1, payload1, attempts1, id2, ...}
+-- Reply: an array {status, phantoms, id1, payload1, attempts1, id2, ..., [suspect ids]}
 --   status   = 'ok'; 'offered': ok, and an offer now stands (below); 'paused' when meta.paused
---              is set (nothing is taken from pending); 'limited'; or 'solo': the one job listed
---              is a suspect and must run alone (below)
+--              is set (nothing is taken from pending); or 'limited'
 --   phantoms = pending members that could not become jobs: a member whose row is gone is
 --              dropped; a row without a payload goes to dead with a last_error (EchoMQ's D7),
 --              and so does one whose payload is over 16 MiB (its size is read, never the
@@ -39,23 +40,26 @@
 -- when a cut count is leased in full, the reply is 'limited' so the caller holds back at once.
 -- Neither limit is read when meta has neither field: the fast path costs one HMGET.
 -- Suspects: a job the reaper returned to pending twice, or before its last attempt (its holders
--- died or froze while running it), may be what killed their process. A claim leases at most one
--- suspect, and only alone: when the first ready job is a suspect it is leased by itself, with
--- status 'solo' (the worker runs nothing else beside it); when a later ready job is, the claim
--- stops before it. The ready jobs not leased stay in pending as they are (mint order is kept),
--- with one wake token each on p.."wake" (this worker may not take them now; another may). A
--- 'solo' reply never says 'limited' (the worker claims nothing while the suspect runs; its next
--- claim learns any limit afresh). Suspects are looked up only while SCARD suspects > 0: one call
--- otherwise.
+-- died or froze while running it), may be what killed their process. Two suspects should not
+-- share a process (the one that kills it would take the other down again), but no job may wait
+-- for a worker to empty: a claim leases suspects beside ordinary jobs, at most `suspect room`
+-- of them, and passes over the others (they stay in pending, in mint order) to lease the ordinary
+-- jobs behind them. A suspect passed over that has waited in pending for half a lease or more
+-- since its reap (the row's reaped_at, server clock; none recorded counts as waited) is leased
+-- all the same: suspects never wait for one another longer than that. When any suspect is
+-- leased, the reply ends with one more element, an array of the suspect ids it leased (a job
+-- listed there is also listed as usual). Suspects are looked up only while SCARD suspects > 0:
+-- one call otherwise; then the claim reads up to min(SCARD, 256) ids more than `count`, the
+-- suspects it may pass over.
 -- Events: 'claimed' per job leased, only while someone subscribes to p.."events".
 -- Each claim runs HINCRBY attempts 1 (the fencing token), sets state 'active', scores the id in
 -- active at the deadline and sets the lock subkey with PX 2 x lease_ms. The ids leased are kept
 -- in emq:{q}:claim:<nonce> (PX lease_ms): a claim re-sent with the same nonce (the client retried
 -- after a lost reply) returns the jobs the first one leased and still holds, without checking
--- pause again, instead of stranding them until the reaper; a job it returns that is still a
--- suspect was leased alone, so the reply is 'solo' again.
--- Hand-off offers: a claim that empties pending (no limit set, nothing left waiting past a
--- suspect, not 'solo', `room` slots left) and is given offer_ms > 0 leaves the offer
+-- pause again, instead of stranding them until the reaper; the jobs it returns that are still
+-- suspects are listed again in the trailing array.
+-- Hand-off offers: a claim that empties pending (no limit set, no suspect passed over, `room`
+-- slots left) and is given offer_ms > 0 leaves the offer
 -- "<offer nonce>:<lease_ms>" in KEYS[7], scored when it lapses (now + offer_ms), and replies
 -- 'offered'. The worker then parks with its BLPOP on
 -- p.."handoff:"..<offer nonce> as well as on the wake key: enqueue.lua leases the next job
@@ -75,16 +79,24 @@
 -- written after it: a prefix of this claim's effects leaves every job it names in pending (or in
 -- active too, where the reaper finds it), never in no set, and takes nothing it does not name.
 --- @include now_ms
---- @include wake
 --- @include events
 --- @include handoff
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local offer_nonce, offer_ms, withdraw = ARGV[5] or '', tonumber(ARGV[6]) or 0, ARGV[7] == '1'
 local room = tonumber(ARGV[8]) or 1
+local suspect_room = tonumber(ARGV[9]) or 1
 local offer = offer_nonce .. ':' .. lease
 local memo = p .. 'claim:' .. nonce
 local MAX_PAYLOAD_BYTES = 16777216 -- emq_worker.payload_limits.MAX_PAYLOAD_BYTES (16 MiB)
 local reply = {'ok', 0}
+local leased_suspects = {}
+-- The trailing array of suspects leased, when there is any (last, after any 'limited' fields).
+local function with_suspects()
+  if #leased_suspects > 0 then
+    reply[#reply + 1] = leased_suspects
+  end
+  return reply
+end
 if redis.call('EXISTS', memo) == 1 then
   for _, id in ipairs(redis.call('LRANGE', memo, 0, -1)) do
     local row = p .. 'job:' .. id
@@ -94,21 +106,22 @@ if redis.call('EXISTS', memo) == 1 then
       reply[#reply + 1] = fields[2]
       reply[#reply + 1] = tonumber(fields[1])
       if redis.call('SISMEMBER', KEYS[6], id) == 1 then
-        reply[1] = 'solo'
+        leased_suspects[#leased_suspects + 1] = id
       end
     end
   end
   if reply[1] == 'ok' and offer_nonce ~= '' and redis.call('ZSCORE', KEYS[7], offer) then
     reply[1] = 'offered'
   end
-  return reply
+  return with_suspects()
 end
 -- Fail before the first write, never half-way (a script error after it would leave the jobs
 -- written so far half-leased): a wrong-typed active or suspects set errors here with
 -- WRONGTYPE, and out of memory refuses this no-op SETRANGE on the absent memo (a script is stopped
 -- only at its first write that may grow memory, and only when nothing was written before it).
 redis.call('ZCARD', KEYS[2])
-local suspects = redis.call('SCARD', KEYS[6]) > 0
+local suspect_count = redis.call('SCARD', KEYS[6])
+local suspects = suspect_count > 0
 redis.call('SETRANGE', memo, 0, '')
 local now, cut = nil, nil
 local claimed = {}
@@ -192,8 +205,12 @@ local function stand_ready(leased)
   end
 end
 local ready = {}
+local extra = 0
+if suspects then
+  extra = math.min(suspect_count, 256)
+end
 if count > 0 then
-  ready = redis.call('ZRANGE', KEYS[1], 0, count - 1)
+  ready = redis.call('ZRANGE', KEYS[1], 0, count + extra - 1)
 end
 if #ready == 0 then
   if count > 0 then
@@ -202,34 +219,36 @@ if #ready == 0 then
   remember()
   return reply
 end
-local emptied = #ready < count
+local emptied = #ready < count + extra
 local left_waiting = false
--- Wake tokens for the ready jobs left in pending, best effort (pcall: a wrong-typed wake key must
--- not fail the call half-way), as many as jobs and at most 64, as the other scripts push them.
-local function announce(n)
-  if n > 0 then
-    redis.pcall('LPUSH', p .. 'wake', unpack(wake_tokens(n)))
-    redis.pcall('LTRIM', p .. 'wake', 0, WAKE_TOKENS_KEPT - 1)
-  end
+-- A suspect passed over by a claim with no suspect room left: taken all the same once it has
+-- waited half a lease since its reap (none recorded: its wait is unknown, so it counts as waited).
+local function waited(id)
+  now = now or now_ms()
+  local reaped_at = tonumber(redis.call('HGET', p .. 'job:' .. id, 'reaped_at'))
+  return reaped_at == nil or now - reaped_at >= lease / 2
 end
+local is_suspect = {}
 if suspects then
-  -- Take the jobs before the first suspect, or the suspect alone when it comes first; the rest
-  -- stay in pending.
+  -- Lease ordinary jobs and up to suspect_room suspects (more once they have waited), in mint
+  -- order, until `count` are taken; the suspects passed over stay in pending.
+  local kept = {}
   for i = 1, #ready do
-    if redis.call('SISMEMBER', KEYS[6], ready[i]) == 1 then
-      local keep = i - 1
-      if i == 1 and taken_over == 0 then -- (beside a job taken over, it waits for the next claim)
-        keep = 1
-        reply[1] = 'solo'
-      end
-      announce(#ready - keep)
-      left_waiting = true
-      for j = #ready, keep + 1, -1 do
-        ready[j] = nil
-      end
+    if #kept == count then
       break
     end
+    local id = ready[i]
+    if redis.call('SISMEMBER', KEYS[6], id) == 0 then
+      kept[#kept + 1] = id
+    elseif suspect_room > 0 or waited(id) then
+      suspect_room = suspect_room - 1
+      is_suspect[id] = true
+      kept[#kept + 1] = id
+    else
+      left_waiting = true
+    end
   end
+  ready = kept
 end
 now = now or now_ms()
 local deadline = now + lease
@@ -269,6 +288,9 @@ for i = 1, #ready do
     reply[#reply + 1] = id
     reply[#reply + 1] = payload
     reply[#reply + 1] = attempts
+    if is_suspect[id] then
+      leased_suspects[#leased_suspects + 1] = id
+    end
   else
     reply[2] = reply[2] + 1
   end
@@ -302,15 +324,12 @@ end
 for first = 1, #ready, 500 do
   redis.call('ZREM', KEYS[1], unpack(ready, first, math.min(first + 499, #ready)))
 end
-if reply[1] == 'solo' and leased == 0 then
-  reply[1] = 'ok' -- the suspect was a phantom: nothing runs alone
-end
 -- The limit bound this claim (it leased all the count it allowed): say so with the jobs.
 if cut and #ready == count and reply[1] == 'ok' then
   table.insert(reply, 3, cut[2])
   table.insert(reply, 3, cut[1])
   reply[1] = 'limited'
-elseif emptied and not left_waiting and reply[1] == 'ok' then
+elseif emptied and not left_waiting and #ready < count and reply[1] == 'ok' then
   stand_ready(leased)
 end
-return reply
+return with_suspects()

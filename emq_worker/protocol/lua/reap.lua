@@ -5,12 +5,13 @@
 -- KEYS[3] = emq:{q}:dead
 -- KEYS[4] = emq:{q}:metrics:failed
 -- KEYS[5] = emq:{q}:wake
--- KEYS[6] = emq:{q}:suspects (SET): a job returned to pending is SADDed (claim leases it alone) when
---           this is its second reap (the row's `reaps` counts them), or when its next attempt is
---           its last: its holders died or froze running it twice, maybe because of it, or
---           one more death beside another job would dead-letter it. A job dead-lettered or found
---           gone is SREMed. (A single death, a crash, a freeze or a partition, leaves its jobs
---           free to run again side by side: the fleet recovers at full concurrency.)
+-- KEYS[6] = emq:{q}:suspects (SET): a job returned to pending is SADDed (claim keeps suspects apart,
+--           one per worker) when this is its second reap (the row's `reaps` counts them), or
+--           when its next attempt is its last: its holders died or froze running it twice, maybe
+--           because of it, or one more death beside another suspect would dead-letter it. A job
+--           dead-lettered or found gone is SREMed. (A single death, a crash, a freeze or a
+--           partition, makes no suspect. Every job returned gets `reaped_at`, the server time of
+--           the reap: claim lets a suspect share a worker once it has waited half a lease.)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = batch: the most leases to reap in this call (ZRANGEBYSCORE ... LIMIT 0 batch)
 -- ARGV[3] = max_attempts: a lease that expires at attempts - attempts_base >= max_attempts goes
@@ -52,7 +53,7 @@ for _, id in ipairs(expired) do
     reaped[#reaped + 1] = 'dead'
   else
     redis.call('ZADD', KEYS[2], 0, id)
-    redis.call('HSET', row, 'state', 'pending')
+    redis.call('HSET', row, 'state', 'pending', 'reaped_at', now)
     local reaps = redis.call('HINCRBY', row, 'reaps', 1)
     if reaps >= 2 or tonumber(fields[1]) - tonumber(fields[2] or '0') + 1 >= max then
       redis.call('SADD', KEYS[6], id)

@@ -7,7 +7,9 @@
 -- KEYS[4] = emq:{q}:metrics:failed
 -- KEYS[5] = emq:{q}:wake
 -- KEYS[6] = emq:{q}:cancel (a settled job's cancel request, if any, is answered and removed)
--- KEYS[7] = emq:{q}:suspects (a settled job is no longer a suspect: its handler returned)
+-- KEYS[7] = emq:{q}:suspects (a settled job is no longer a suspect: its handler returned; while
+--           other suspects remain, one wake token per suspect settled, so a worker that may now
+--           take one claims without waiting for its beat)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = receipt_ms: how long each holder's receipt answers a re-sent settle
 -- ARGV[3] = n, the number of completions that follow
@@ -40,7 +42,7 @@
 --- @include fence
 --- @include events
 local p, receipt_ms, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local reply, completed, woken, scheduled = {}, 0, 0, 0
+local reply, completed, woken, scheduled, cleared = {}, 0, 0, 0, 0
 local now = nil
 
 local cancels = redis.call('SCARD', KEYS[6]) > 0
@@ -52,7 +54,7 @@ local function answer(row, id, token, nonce, outcome)
     redis.call('SREM', KEYS[6], id)
   end
   if suspects then
-    redis.call('SREM', KEYS[7], id)
+    cleared = cleared + redis.call('SREM', KEYS[7], id)
   end
   redis.call('SET', row .. ':receipt', token .. ':' .. nonce .. ':' .. outcome, 'PX', receipt_ms)
   reply[#reply + 1] = 'ok'
@@ -140,6 +142,10 @@ if completed > 0 then
   redis.call('HINCRBY', KEYS[1], 'count', completed)
 end
 -- One wake per job back in pending, and one in all for retries scheduled later: a parked worker
--- learns their due time and parks until exactly then instead of a whole beat.
-wake(KEYS[5], woken + scheduled)
+-- learns their due time and parks until exactly then instead of a whole beat. One per suspect
+-- settled while others remain: the worker that ran it may take the next one now.
+if cleared > 0 and redis.call('SCARD', KEYS[7]) == 0 then
+  cleared = 0
+end
+wake(KEYS[5], woken + scheduled + cleared)
 return reply
