@@ -13,6 +13,7 @@ default every node refuses every slot until the replica leads, which no client c
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from emq_worker.protocol.keys import VERSION_KEY, hash_slot
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.server.connection import connect
 from tests.chaos.faults import CHAOS_APP
-from tests.chaos.ledger import START, read_ledger
+from tests.chaos.ledger import START
 from tests.cluster.conftest import spread_queues
 from tests.support.cluster import ClusterOfServers
 from tests.support.processes import REPO_ROOT, WorkerProcess, WorkerProcesses
@@ -60,12 +61,17 @@ def failing_over(tmp_path: Path) -> Iterator[ClusterOfServers]:
 
 @dataclass
 class Traffic:
-    """A producer task per queue: when each enqueue was acknowledged, and which job it made."""
+    """A producer task per queue: when each enqueue was acknowledged, which job it made, and
+    when the worker's handlers started them (the ledger, read on as it grows: the producer
+    shares this event loop, and re-reading it whole at every poll would slow the producer)."""
 
     producer: Producer
+    ledger: Path
     acked: dict[str, list[float]] = field(default_factory=dict)
     queue_of: dict[str, str] = field(default_factory=dict)
     stopping: anyio.Event = field(default_factory=anyio.Event)
+    started: list[tuple[str, float]] = field(default_factory=list)
+    _read: dict[Path, int] = field(default_factory=dict)
 
     async def produce(self, queue: str) -> None:
         self.acked[queue] = []
@@ -81,12 +87,19 @@ class Traffic:
                 self.queue_of[entry.job_id] = queue
             await anyio.sleep(PACE_S)
 
-    def starts(self, ledger: Path, queue: str) -> list[float]:
-        return [
-            event.mono
-            for event in read_ledger(ledger)
-            if event.kind == START and self.queue_of.get(event.job) == queue
-        ]
+    def starts(self, queue: str) -> list[float]:
+        """When the handlers started the jobs enqueued on `queue` (the ledger read so far)."""
+        for path in sorted(self.ledger.glob("ledger-*.jsonl")):
+            with path.open("rb") as file:
+                file.seek(self._read.get(path, 0))
+                text = file.read()
+            complete = text[: text.rfind(b"\n") + 1]
+            self._read[path] = self._read.get(path, 0) + len(complete)
+            for line in complete.decode().splitlines():
+                event = json.loads(line)
+                if event["kind"] == START:
+                    self.started.append((event["job"], float(event["mono"])))
+        return [mono for job, mono in self.started if self.queue_of.get(job) == queue]
 
 
 def longest_gap(times: list[float], start: float, end: float) -> float:
@@ -113,7 +126,7 @@ async def kill_under_traffic(cluster: ClusterOfServers, tmp_path: Path, doomed: 
     survivors = [queue for queue in queues if queue not in lost]
     ledger = tmp_path / "fleet"
     client: Redis = connect(cluster.url, DEFAULT_WIRE_VERSION)
-    traffic = Traffic(Producer(client))
+    traffic = Traffic(Producer(client), ledger)
     try:
         with WorkerProcesses(ledger) as processes:
             worker = start_worker(processes, queues, cluster.url)
@@ -121,11 +134,11 @@ async def kill_under_traffic(cluster: ClusterOfServers, tmp_path: Path, doomed: 
             async with anyio.create_task_group() as tasks:
                 for queue in queues:
                     tasks.start_soon(traffic.produce, queue)
-                window = await kill_and_fail_over(cluster, doomed, traffic, ledger, queues)
+                window = await kill_and_fail_over(cluster, doomed, traffic, queues)
                 traffic.stopping.set()
             report = {
                 queue: (
-                    round(longest_gap(traffic.starts(ledger, queue), *window), 3),
+                    round(longest_gap(traffic.starts(queue), *window), 3),
                     round(longest_gap(traffic.acked[queue], *window), 3),
                 )
                 for queue in survivors
@@ -142,14 +155,13 @@ async def kill_and_fail_over(
     cluster: ClusterOfServers,
     doomed: int,
     traffic: Traffic,
-    ledger: Path,
     queues: list[str],
 ) -> tuple[float, float]:
     """Wait for jobs to flow on every queue, kill, wait for the failover and for jobs to flow
     again on every queue (the lost one included); returns the window to measure."""
 
     async def flowing_since(since: float) -> bool:
-        return all(any(t > since for t in traffic.starts(ledger, q)) for q in queues)
+        return all(any(t > since for t in traffic.starts(q)) for q in queues)
 
     await eventually(lambda: flowing_since(0), timeout=30, what="jobs started on every queue")
     killed_at = time.monotonic()
