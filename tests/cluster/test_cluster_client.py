@@ -124,7 +124,7 @@ async def test_the_fence_runs_again_after_the_client_drops_its_connections(
         assert client.fence_checks == 1
         await client.ping()
         assert client.fence_checks == 1
-        await client.aclose()  # what redis-py does after CLUSTERDOWN or repeated MOVED
+        await client.aclose()  # the caller's own close: the next use fences again, awaited
         await client.ping()
         assert client.fence_checks == 2
     finally:
