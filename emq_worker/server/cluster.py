@@ -1,8 +1,8 @@
-"""Redis/Valkey Cluster: the URL, the client, and what its transient errors mean to us.
+"""Redis/Valkey Cluster: the client, and what its transient errors mean to us.
 
-A cluster URL names one or more seed nodes: `redis+cluster://[user:pass@]host:port[,host:port...]`
-(`rediss+cluster://` for TLS). Every per-queue key carries the `{q}` hash tag, so a queue lives on
-one slot and every script runs on the node that owns it; `{emq}:version` lives on its own slot.
+A cluster URL (server.cluster_url) names one or more seed nodes. Every per-queue key carries the
+`{q}` hash tag, so a queue lives on one slot and every script runs on the node that owns it;
+`{emq}:version` lives on its own slot.
 
 The client is redis-py's asyncio `RedisCluster`, which follows MOVED and ASK, retries TRYAGAIN and
 re-reads the slot map after a failover. What is added here keeps a lost node's trouble with the
@@ -25,16 +25,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Final, cast
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, PipelineCommand, RedisCluster
 from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.retry import Retry
 from redis.exceptions import (
     ClusterDownError,
     ClusterError,
+    RedisError,
     ResponseError,
     SlotNotCoveredError,
     TryAgainError,
@@ -42,10 +42,9 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from emq_worker.errors import ConfigError
+from emq_worker.server.cluster_url import parse_cluster_url
 from emq_worker.server.fence import ClusterFence
 
-CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
 NODE_CONNECTIONS = 64
 """Connections per node: the park holds one per parked queue, the rest serve commands."""
 _MOVING_SCRIPT_ERRORS: Final = (
@@ -56,65 +55,10 @@ _MOVING_SCRIPT_ERRORS: Final = (
 the script stopped at that command. Retrying after the move completes is correct."""
 REBUILD_EVERY_S = 0.25
 """The slot map is re-read at most this often once the client fenced (a failover takes longer)."""
-_OPTIONS: Final = {"socket_timeout", "socket_connect_timeout", "client_name"}
 
 
 class ClusterUnavailableError(RedisConnectionError):
     """The cluster is failing over, resharding or down: retry later, as for a lost connection."""
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterAddress:
-    """A parsed cluster URL."""
-
-    seeds: tuple[tuple[str, int], ...]
-    username: str | None
-    password: str | None
-    tls: bool
-    options: dict[str, str]
-
-
-def is_cluster_url(url: str) -> bool:
-    return urlsplit(url).scheme in CLUSTER_SCHEMES
-
-
-def parse_cluster_url(url: str) -> ClusterAddress:
-    """`redis+cluster://[user:pass@]host:port[,host:port...][?client_name=x]`; every error names
-    the offending part (never the password)."""
-    parts = urlsplit(url)
-    if parts.scheme not in CLUSTER_SCHEMES:
-        raise ConfigError(
-            f"a cluster URL starts with {' or '.join(s + '://' for s in CLUSTER_SCHEMES)}; "
-            f"got {parts.scheme or '(none)'!r}"
-        )
-    credentials, _, hosts = parts.netloc.rpartition("@")
-    username = password = None
-    if credentials:
-        user, sep, secret = credentials.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if sep else None
-    seeds = tuple(_seed(item) for item in hosts.split(","))
-    if parts.path not in ("", "/", "/0"):
-        raise ConfigError(
-            f"a cluster has only database 0; remove {parts.path!r} from the cluster URL"
-        )
-    options = dict(parse_qsl(parts.query, keep_blank_values=True))
-    for name in options:
-        if name not in _OPTIONS:
-            raise ConfigError(
-                f"unknown cluster URL option {name!r}; known: {', '.join(sorted(_OPTIONS))}"
-            )
-    return ClusterAddress(seeds, username, password, parts.scheme == "rediss+cluster", options)
-
-
-def _seed(item: str) -> tuple[str, int]:
-    host, sep, port = item.strip().rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ConfigError(
-            f"each cluster seed must be HOST:PORT (e.g. 10.0.0.5:7000); got {item.strip()!r}"
-        )
-    return host, int(port)
 
 
 def is_moving(error: Exception) -> bool:
@@ -153,6 +97,7 @@ class _AskingNode(ClusterNode):
         return commands[1].result
 
 
+_IN_PIPELINE: ContextVar[bool] = ContextVar("emq_in_pipeline", default=False)
 _IN_COMMAND: ContextVar[bool] = ContextVar("emq_in_command", default=False)
 """Set while a command or pipeline runs: a close redis-py calls from inside one is its recovery
 (CLUSTERDOWN, a pipeline's retry, repeated MOVED), not the caller's own close."""
@@ -175,6 +120,7 @@ class FencedCluster(RedisCluster):
         self.wire_version = wire_version
         self.fence = ClusterFence(wire_version)
         self._rebuild_after = 0.0
+        self.retry.__class__ = _CommandRetry
 
     @property
     def fence_checks(self) -> int:
@@ -224,13 +170,8 @@ class FencedCluster(RedisCluster):
         entered = _IN_COMMAND.set(True)
         try:
             return await super().execute_command(*args, **kwargs)
-        except (ResponseError, ClusterError, SlotNotCoveredError) as exc:
-            # ClusterError alone: redirects or TRYAGAIN outlasted redis-py's TTL mid-reshard.
-            if isinstance(exc, ClusterError | SlotNotCoveredError) or is_moving(exc):
-                raise ClusterUnavailableError(f"{type(exc).__name__}: {exc}") from exc
-            raise
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise unreachable(exc) from exc
+        except (RedisError, SlotNotCoveredError) as exc:
+            raise scoped(exc) from exc
         finally:
             _IN_COMMAND.reset(entered)
 
@@ -246,7 +187,7 @@ class FencedCluster(RedisCluster):
 
 class _ScopedPipeline(ClusterPipeline):
     """A cluster pipeline under the same fence verdict, recovery and error scoping as single
-    commands (FencedCluster)."""
+    commands (FencedCluster), and without redis-py's retries (_CommandRetry says why)."""
 
     __slots__ = ()
 
@@ -255,12 +196,38 @@ class _ScopedPipeline(ClusterPipeline):
         if isinstance(client, FencedCluster):
             client.fence.verdict()
         entered = _IN_COMMAND.set(True)
+        piped = _IN_PIPELINE.set(True)
         try:
             return await super().execute(raise_on_error, allow_redirections)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise unreachable(exc) from exc
+        except (RedisError, SlotNotCoveredError) as exc:
+            failure = scoped(exc)
+            if failure is not exc and isinstance(client, FencedCluster):
+                client.rediscover()  # what redis-py's retry would have done first
+            raise failure from exc
         finally:
+            _IN_PIPELINE.reset(piped)
             _IN_COMMAND.reset(entered)
+
+
+class _CommandRetry(Retry):
+    """redis-py's retries, for single commands only. A cluster pipeline retries a lost node or
+    CLUSTERDOWN by sleeping 0.25 s each time, 10 times: its caller (the presence beat, the
+    renewal of the lost node's queue) would stall some 3 s. Without them the error comes at once
+    and the caller's own retry (next beat, next tick, the settle batcher) applies."""
+
+    def get_retries(self) -> int:
+        return 0 if _IN_PIPELINE.get() else super().get_retries()
+
+
+def scoped(exc: Exception) -> Exception:
+    """What a cluster failure means here: a moving cluster or an unreachable node is a
+    ClusterUnavailableError (scoped to a queue by server.failures); anything else is itself."""
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        return unreachable(exc)
+    # ClusterError alone: redirects or TRYAGAIN outlasted redis-py's TTL mid-reshard.
+    if isinstance(exc, ClusterError | SlotNotCoveredError) or is_moving(exc):
+        return ClusterUnavailableError(f"{type(exc).__name__}: {exc}")
+    return exc
 
 
 def unreachable(exc: RedisConnectionError | RedisTimeoutError) -> RedisConnectionError:

@@ -21,12 +21,8 @@ if HIREDIS_AVAILABLE:
 from emq_worker.errors import ConfigError, VersionFenceError
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.keys import VERSION_KEY
-from emq_worker.server.cluster import (
-    CLUSTER_SCHEMES,
-    connect_cluster,
-    is_cluster_url,
-    parse_cluster_url,
-)
+from emq_worker.server.cluster import connect_cluster
+from emq_worker.server.cluster_url import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
 
 SCHEMES = ("redis", "rediss", "unix")
 POOL_WAIT_S = 20.0

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable
 from typing import Protocol
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from emq_worker.errors import VersionFenceError
 from emq_worker.observe.log import get_logger
@@ -98,7 +98,7 @@ class ClusterFence:
         except VersionFenceError as exc:
             self.refused = exc
             get_logger().error("version_fence_refused", found=exc.found, error=str(exc))
-        except RedisError as exc:
+        except (RedisError, RedisClusterException) as exc:  # the latter: no node answered
             self._retry_at = time.monotonic() + RECHECK_RETRY_S
             get_logger().info("version_recheck_deferred", error=str(exc))
             return

@@ -27,12 +27,8 @@ from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import RENEW_CHUNK, HeldLease, Queue
 from emq_worker.protocol.replies import ClaimedJob, LostLease, SettleStatus
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.cluster import (
-    ClusterUnavailableError,
-    FencedCluster,
-    is_moving,
-    parse_cluster_url,
-)
+from emq_worker.server.cluster import ClusterUnavailableError, FencedCluster, is_moving
+from emq_worker.server.cluster_url import parse_cluster_url
 from emq_worker.server.connection import connect
 from tests.cluster.conftest import spread_queues
 from tests.support.cluster import ClusterOfServers
