@@ -6,6 +6,9 @@ promoting or claiming for that queue rests it alone; the beat goes on with the o
 else propagates to the beat, which backs off whole: a lost connection to a single server or a
 server-wide refusal (OOM, READONLY, ...) would fail every queue alike.
 
+On a cluster the park's BLPOPs go one per slot (wakes.py); one whose node is lost ends the park
+with the keys it waited on, and the queues on that slot rest alone, as their claims would.
+
 The park leaves a failing queue's wake key out of its BLPOP: that key may itself be the broken
 one, and one wrong-typed key fails the whole BLPOP. A refused BLPOP is traced to the wake keys
 that are not lists; their queues' wake keys rest (claims go on, woken by the timer) until TYPE
@@ -25,8 +28,9 @@ from structlog.typing import FilteringBoundLogger
 
 from emq_worker.beat.offers import Offers
 from emq_worker.beat.queue_health import QueueHealth
-from emq_worker.beat.wakes import Popped, WakeWaiter
+from emq_worker.beat.wakes import ParkUnavailableError, Popped, WakeWaiter
 from emq_worker.observe.clock import Clock
+from emq_worker.protocol.keys import hash_slot
 from emq_worker.protocol.queue import Queue
 from emq_worker.server.failures import describe, fatal, queue_scoped
 
@@ -90,11 +94,21 @@ class QueueIsolation:
         keys = [*offers.mailboxes(parked), *(queue.keys.wake for queue in parked)]
         try:
             return await wakes.wait(keys, seconds)
+        except ParkUnavailableError as exc:
+            self.rest_slots(parked, exc)
+            return None
         except ResponseError as exc:
             broken = [queue for queue in parked if await self.wake_key_broken(queue)]
             if fatal(exc) or not broken:
                 raise
             return None
+
+    def rest_slots(self, parked: Sequence[Queue], exc: ParkUnavailableError) -> None:
+        """Rest the parked queues living on the slot of the keys whose BLPOP failed."""
+        slots = {hash_slot(key) for key in exc.keys}
+        for queue in parked:
+            if hash_slot(queue.keys.wake) in slots:
+                self.rest(queue.name, describe(exc))
 
     async def parkable(self) -> list[Queue]:
         """The queues whose wake keys the park may BLPOP: not failing, or a wake key that failed

@@ -13,7 +13,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -52,7 +52,9 @@ class WorkerRegistry:
         self.id = f"{self.host}:{self.pid}:{secrets.token_hex(2)}"
         self.started = time.time()
 
-    async def beat(self, presence: Presence) -> None:
+    async def beat(self, presence: Presence, serving: Collection[str] | None = None) -> None:
+        """Announce this worker on every queue, or on those in `serving` (the queues not
+        resting after a failure: on a cluster, one whose node is lost would fail the call)."""
         entry = json.dumps(
             {
                 "id": self.id,
@@ -68,7 +70,9 @@ class WorkerRegistry:
             separators=(",", ":"),
         )
         async with self.client.pipeline(transaction=False) as pipe:
-            for keys in self.keys:
+            for name, keys in zip(self.queues, self.keys, strict=True):
+                if serving is not None and name not in serving:
+                    continue
                 pipe.set(worker_key(keys, self.id), entry, px=self.ttl_ms)
             await pipe.execute()
 

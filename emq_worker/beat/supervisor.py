@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import anyio
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from emq_worker.beat.drain import Drainer
 from emq_worker.beat.isolation import QueueIsolation
@@ -31,7 +32,7 @@ from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
 from emq_worker.observe.status import BeatStatus
 from emq_worker.protocol.ids import SnowflakeMinter
-from emq_worker.server.failures import RETRYABLE, describe, fatal
+from emq_worker.server.failures import RETRYABLE, describe, fatal, queue_scoped
 
 WITHDRAW_TIMEOUT_S = 5.0
 
@@ -131,8 +132,7 @@ class Supervisor:
             await self.reap()
             await self.promote()
             await self.fire_repeats()
-            if self.registry is not None:
-                await self.registry.beat(Presence(len(self.book), self.counters.completed))
+            await self.announce()
             self.status.report(now, len(self.book), self.counters.completed)
         elif self._next_due is not None and now >= self._next_due:
             await self.promote()  # a scheduled job fell due between beats
@@ -162,6 +162,20 @@ class Supervisor:
         for queue in self.isolation.ready():
             with self.isolation.isolated(queue):
                 await self.upkeep.reap(queue, budget_ends)
+
+    async def announce(self) -> None:
+        """Refresh this worker's presence on the queues not resting. A node lost since they
+        were picked fails the call (its queues' own calls will rest them); presence lives for
+        several beats, so the worker skips this one rather than back off as a whole."""
+        if self.registry is None:
+            return
+        serving = {queue.name for queue in self.isolation.ready()}
+        try:
+            await self.registry.beat(Presence(len(self.book), self.counters.completed), serving)
+        except RedisError as exc:
+            if fatal(exc) or not queue_scoped(exc):
+                raise
+            self.log.warning("presence_failed", error=describe(exc))
 
     async def promote(self) -> None:
         soonest: int | None = None

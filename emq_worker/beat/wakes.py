@@ -11,6 +11,10 @@ already taken is lost, which costs nothing: the woken worker drains every queue 
 
 At most MAX_PARKED slots are parked on at once; with more queues the window rotates each park,
 and a queue outside the window is still drained every pass (a wake only shortens the wait).
+
+A clustered BLPOP whose node cannot be reached (or whose slot is moving) ends the park with
+`ParkUnavailableError` naming its keys, so that only the queues on that slot rest
+(beat/isolation.py): a park spanning several slots never fails the whole beat for one lost node.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from emq_worker.protocol.keys import hash_slot
-from emq_worker.server.cluster import as_cluster
+from emq_worker.server.cluster import ClusterUnavailableError, as_cluster
 
 MAX_PARKED = 16
 """The most blocking connections one worker holds while parked."""
@@ -31,6 +35,14 @@ MAX_PARKED = 16
 
 Popped = tuple[str, bytes]
 """What a park's BLPOP took: the key, and the wake token or hand-off (offers.py) it held."""
+
+
+class ParkUnavailableError(ClusterUnavailableError):
+    """A clustered park's BLPOP on `keys` (one slot) met its node lost or its slot moving."""
+
+    def __init__(self, keys: Sequence[str], cause: ClusterUnavailableError) -> None:
+        super().__init__(str(cause))
+        self.keys = tuple(keys)
 
 
 class WakeWaiter:
@@ -48,9 +60,12 @@ class WakeWaiter:
     async def wait(self, keys: Sequence[str], timeout_s: float) -> Popped | None:
         seconds = max(0.01, round(timeout_s, 3))
         groups = by_slot(keys) if self.clustered else [list(keys)]
-        if len(groups) == 1:
+        if len(groups) > 1:
+            return await self._first_of(self._window(groups), seconds)
+        try:
             return popped(await self.client.blpop(groups[0], timeout=seconds))
-        return await self._first_of(self._window(groups), seconds)
+        except ClusterUnavailableError as exc:
+            raise ParkUnavailableError(groups[0], exc) from exc
 
     def _window(self, groups: list[list[str]]) -> list[list[str]]:
         if len(groups) <= MAX_PARKED:
@@ -74,6 +89,9 @@ class WakeWaiter:
                 if taken is not None:
                     woken = woken or taken
                     scope.cancel()
+            except ClusterUnavailableError as exc:
+                failure = failure or ParkUnavailableError(group, exc)
+                scope.cancel()
             except RedisError as exc:
                 failure = failure or exc
                 scope.cancel()

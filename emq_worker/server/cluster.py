@@ -1,45 +1,50 @@
-"""Redis/Valkey Cluster: the URL, the client, and what its transient errors mean to us.
+"""Redis/Valkey Cluster: the client, and what its transient errors mean to us.
 
-A cluster URL names one or more seed nodes: `redis+cluster://[user:pass@]host:port[,host:port...]`
-(`rediss+cluster://` for TLS). Every per-queue key carries the `{q}` hash tag, so a queue lives on
-one slot and every script runs on the node that owns it; `{emq}:version` lives on its own slot.
+A cluster URL (server.cluster_url) names one or more seed nodes. Every per-queue key carries the
+`{q}` hash tag, so a queue lives on one slot and every script runs on the node that owns it;
+`{emq}:version` lives on its own slot.
 
 The client is redis-py's asyncio `RedisCluster`, which follows MOVED and ASK, retries TRYAGAIN and
-re-reads the slot map after a failover. Two things are added here:
+re-reads the slot map after a failover. What is added here keeps a lost node's trouble with the
+queues on its slots:
 
-- The version fence runs once each time the client (re)builds its slot map: on first use, and
-  after it dropped its connections (a failover, a node that stopped answering, repeated MOVED).
-  The GET goes through the cluster client, so it reaches the node owning `{emq}:version`.
+- The version fence (server.fence) is awaited when the client first discovers the cluster, then
+  re-checked in the background each time it rebuilds its slot map: the node owning
+  `{emq}:version` being down holds back no command to any other node.
 - Errors that mean "the cluster is moving" (CLUSTERDOWN, TRYAGAIN after redis-py's own retries,
-  a slot no node covers, a script that met a key already moved away) are raised as
-  `ClusterUnavailableError`, a ConnectionError: the beat backs off and tries again, the renewal
-  sweep retries next tick, exactly as when a single server is briefly unreachable.
+  a slot no node covers, a script that met a key already moved away) and a node that cannot be
+  reached are raised as `ClusterUnavailableError`, a ConnectionError that server.failures scopes
+  to the queue whose keys were touched: that queue rests, the beat goes on with the others, the
+  renewal sweep retries that queue next tick.
+- redis-py's own recovery never closes the connections of healthy nodes, and the slot map is
+  re-read at most every REBUILD_EVERY_S (FencedCluster says why).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Final, cast
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, PipelineCommand, RedisCluster
 from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.retry import Retry
 from redis.exceptions import (
     ClusterDownError,
     ClusterError,
+    RedisError,
     ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from emq_worker.errors import ConfigError, VersionFenceError
-from emq_worker.server.fence import VERSION_KEY
+from emq_worker.server.cluster_url import parse_cluster_url
+from emq_worker.server.fence import ClusterFence
 
-CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
 NODE_CONNECTIONS = 64
 """Connections per node: the park holds one per parked queue, the rest serve commands."""
 _MOVING_SCRIPT_ERRORS: Final = (
@@ -48,65 +53,12 @@ _MOVING_SCRIPT_ERRORS: Final = (
 )
 """Error texts of a script that met a key in a slot being migrated, or a cluster going down:
 the script stopped at that command. Retrying after the move completes is correct."""
-_OPTIONS: Final = {"socket_timeout", "socket_connect_timeout", "client_name"}
+REBUILD_EVERY_S = 0.25
+"""The slot map is re-read at most this often once the client fenced (a failover takes longer)."""
 
 
 class ClusterUnavailableError(RedisConnectionError):
     """The cluster is failing over, resharding or down: retry later, as for a lost connection."""
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterAddress:
-    """A parsed cluster URL."""
-
-    seeds: tuple[tuple[str, int], ...]
-    username: str | None
-    password: str | None
-    tls: bool
-    options: dict[str, str]
-
-
-def is_cluster_url(url: str) -> bool:
-    return urlsplit(url).scheme in CLUSTER_SCHEMES
-
-
-def parse_cluster_url(url: str) -> ClusterAddress:
-    """`redis+cluster://[user:pass@]host:port[,host:port...][?client_name=x]`; every error names
-    the offending part (never the password)."""
-    parts = urlsplit(url)
-    if parts.scheme not in CLUSTER_SCHEMES:
-        raise ConfigError(
-            f"a cluster URL starts with {' or '.join(s + '://' for s in CLUSTER_SCHEMES)}; "
-            f"got {parts.scheme or '(none)'!r}"
-        )
-    credentials, _, hosts = parts.netloc.rpartition("@")
-    username = password = None
-    if credentials:
-        user, sep, secret = credentials.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if sep else None
-    seeds = tuple(_seed(item) for item in hosts.split(","))
-    if parts.path not in ("", "/", "/0"):
-        raise ConfigError(
-            f"a cluster has only database 0; remove {parts.path!r} from the cluster URL"
-        )
-    options = dict(parse_qsl(parts.query, keep_blank_values=True))
-    for name in options:
-        if name not in _OPTIONS:
-            raise ConfigError(
-                f"unknown cluster URL option {name!r}; known: {', '.join(sorted(_OPTIONS))}"
-            )
-    return ClusterAddress(seeds, username, password, parts.scheme == "rediss+cluster", options)
-
-
-def _seed(item: str) -> tuple[str, int]:
-    host, sep, port = item.strip().rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ConfigError(
-            f"each cluster seed must be HOST:PORT (e.g. 10.0.0.5:7000); got {item.strip()!r}"
-        )
-    return host, int(port)
 
 
 def is_moving(error: Exception) -> bool:
@@ -145,32 +97,63 @@ class _AskingNode(ClusterNode):
         return commands[1].result
 
 
+_IN_PIPELINE: ContextVar[bool] = ContextVar("emq_in_pipeline", default=False)
+_IN_COMMAND: ContextVar[bool] = ContextVar("emq_in_command", default=False)
+"""Set while a command or pipeline runs: a close redis-py calls from inside one is its recovery
+(CLUSTERDOWN, a pipeline's retry, repeated MOVED), not the caller's own close."""
+
+
 class FencedCluster(RedisCluster):
-    """A RedisCluster that checks `{emq}:version` whenever it (re)discovers the cluster, and
-    reports moving-cluster errors as ClusterUnavailableError."""
+    """A RedisCluster fenced on `{emq}:version` (server.fence: awaited on first discovery,
+    re-checked in the background on every rebuild of the slot map) whose failures stay with the
+    slots they concern:
+
+    - a node that cannot be reached is reported as ClusterUnavailableError naming it, scoped
+      (server.failures) to the queues whose slots that node owns;
+    - redis-py's recovery from CLUSTERDOWN, a failed pipeline or repeated MOVED closes every
+      connection to every node, failing the commands in flight on healthy nodes (a parked
+      BLPOP, another queue's claim); here it only re-reads the slot map before the next command
+      (a rebuild recycles each connection once its command is done)."""
 
     def __init__(self, wire_version: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.wire_version = wire_version
-        self.fence_checks = 0
+        self.fence = ClusterFence(wire_version)
+        self._rebuild_after = 0.0
+        self.retry.__class__ = _CommandRetry
+
+    @property
+    def fence_checks(self) -> int:
+        return self.fence.checks
 
     async def initialize(self, *args: Any, **kwargs: Any) -> RedisCluster:
         fresh = self._initialize
+        if fresh and self.fence.passed and time.monotonic() < self._rebuild_after:
+            # redis-py asks for a rebuild after every failed try on a lost node (11 tries per
+            # command), each one re-reading the slot map and the command table, under a lock
+            # every other command waits on: the commands for the healthy nodes stalled behind
+            # that churn. Until the map can have changed, keep the one just read.
+            self._initialize = False
+            return self
         await super().initialize(*args, **kwargs)
         if fresh:
-            await self.check_version()
+            self._rebuild_after = time.monotonic() + REBUILD_EVERY_S
+            await self.fence.discovered(self)
         return self
 
-    async def check_version(self) -> None:
-        """The version fence, read through the cluster so it routes to `{emq}`'s slot."""
-        self.fence_checks += 1
-        found = await self.get(VERSION_KEY)
-        if found is None:
-            await self.set(VERSION_KEY, self.wire_version, nx=True)
-            found = await self.get(VERSION_KEY)
-        text = found.decode() if isinstance(found, bytes) else found
-        if text != self.wire_version:
-            raise VersionFenceError(self.wire_version, text)
+    def rediscover(self) -> None:
+        """Re-read the slot map before the next command; keep the connections."""
+        self._initialize = True
+
+    async def aclose(self) -> None:
+        if _IN_COMMAND.get():
+            self.rediscover()
+            return
+        self.fence.reset()
+        if self._initialize:  # rediscover() kept the connections: close them all the same
+            await self.nodes_manager.aclose()
+            await self.nodes_manager.aclose("startup_nodes")
+        await super().aclose()
 
     def get_node(
         self, host: str | None = None, port: int | None = None, node_name: str | None = None
@@ -182,13 +165,79 @@ class FencedCluster(RedisCluster):
         return node
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        self.fence.verdict()
+        self.fence.recheck_due(self)
+        entered = _IN_COMMAND.set(True)
         try:
             return await super().execute_command(*args, **kwargs)
-        except (ResponseError, ClusterError, SlotNotCoveredError) as exc:
-            # ClusterError alone: redirects or TRYAGAIN outlasted redis-py's TTL mid-reshard.
-            if isinstance(exc, ClusterError | SlotNotCoveredError) or is_moving(exc):
-                raise ClusterUnavailableError(f"{type(exc).__name__}: {exc}") from exc
-            raise
+        except (RedisError, SlotNotCoveredError) as exc:
+            raise scoped(exc) from exc
+        finally:
+            _IN_COMMAND.reset(entered)
+
+    def pipeline(
+        self, transaction: Any | None = None, shard_hint: Any | None = None
+    ) -> ClusterPipeline:
+        pipe = super().pipeline(transaction, shard_hint)
+        # As for _AskingNode: same slots, one method more. (Any: redis-py's CommandsProtocol
+        # declares `_event_dispatcher` bare, so mypy deems every subclass abstract.)
+        pipe.__class__ = cast(Any, _ScopedPipeline)
+        return pipe
+
+
+class _ScopedPipeline(ClusterPipeline):
+    """A cluster pipeline under the same fence verdict, recovery and error scoping as single
+    commands (FencedCluster), and without redis-py's retries (_CommandRetry says why)."""
+
+    __slots__ = ()
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        client = self.cluster_client
+        if isinstance(client, FencedCluster):
+            client.fence.verdict()
+        entered = _IN_COMMAND.set(True)
+        piped = _IN_PIPELINE.set(True)
+        try:
+            return await super().execute(raise_on_error, allow_redirections)
+        except (RedisError, SlotNotCoveredError) as exc:
+            failure = scoped(exc)
+            if failure is not exc and isinstance(client, FencedCluster):
+                client.rediscover()  # what redis-py's retry would have done first
+            raise failure from exc
+        finally:
+            _IN_PIPELINE.reset(piped)
+            _IN_COMMAND.reset(entered)
+
+
+class _CommandRetry(Retry):
+    """redis-py's retries, for single commands only. A cluster pipeline retries a lost node or
+    CLUSTERDOWN by sleeping 0.25 s each time, 10 times: its caller (the presence beat, the
+    renewal of the lost node's queue) would stall some 3 s. Without them the error comes at once
+    and the caller's own retry (next beat, next tick, the settle batcher) applies."""
+
+    def get_retries(self) -> int:
+        return 0 if _IN_PIPELINE.get() else super().get_retries()
+
+
+def scoped(exc: Exception) -> Exception:
+    """What a cluster failure means here: a moving cluster or an unreachable node is a
+    ClusterUnavailableError (scoped to a queue by server.failures); anything else is itself."""
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        return unreachable(exc)
+    # ClusterError alone: redirects or TRYAGAIN outlasted redis-py's TTL mid-reshard.
+    if isinstance(exc, ClusterError | SlotNotCoveredError) or is_moving(exc):
+        return ClusterUnavailableError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def unreachable(exc: RedisConnectionError | RedisTimeoutError) -> RedisConnectionError:
+    """A lost or silent node as ClusterUnavailableError naming it (redis-py notes the node),
+    so it is scoped to the queues on that node's slots, not to the whole worker."""
+    if isinstance(exc, ClusterUnavailableError):
+        return exc
+    node = getattr(exc, "last_failed_node_name", None) or getattr(exc, "connection", None)
+    where = f"node {getattr(node, 'name', node)} " if node is not None else ""
+    return ClusterUnavailableError(f"{where}unreachable: {exc}")
 
 
 def connect_cluster(

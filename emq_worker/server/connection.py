@@ -20,12 +20,8 @@ if HIREDIS_AVAILABLE:
     import hiredis
 
 from emq_worker.errors import ConfigError, VersionFenceError
-from emq_worker.server.cluster import (
-    CLUSTER_SCHEMES,
-    connect_cluster,
-    is_cluster_url,
-    parse_cluster_url,
-)
+from emq_worker.server.cluster import connect_cluster
+from emq_worker.server.cluster_url import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
 from emq_worker.server.fence import VERSION_KEY
 
 SCHEMES = ("redis", "rediss", "unix")

@@ -1,8 +1,116 @@
-"""The version fence's key: every connection checks it before any caller command."""
+"""The version fence of a cluster client: awaited once, then re-checked without blocking.
+
+A single server's client fences every (re)connection. A cluster client fences when it (re)builds
+its slot map (server.cluster). The first fence is awaited: no command goes out before
+`{emq}:version` was read (or set, when absent) and matched. Later rebuilds follow a lost node, a
+failover or a moved slot; an awaited check there would make the node owning `{emq}:version` a
+single point of failure: while it is down (until its replica leads) every rebuild's check fails,
+and with it every command to every node. So after the first verdict, each rebuild only asks for a
+re-check, run in the background while commands go on under the last verdict:
+
+- the key's node answers with the wire version (or the key is absent and SET NX restores it, as
+  after a failover to a replica that had not received it): the verdict stands;
+- it answers with another value: the verdict becomes that refusal, and every later command
+  raises `VersionFenceError`, as a single server's next connection would;
+- it cannot be reached: the re-check is tried again at the next rebuild or, while commands flow,
+  after RECHECK_RETRY_S.
+"""
 
 from __future__ import annotations
 
-from typing import Final
+import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Final, Protocol
+
+import structlog
+from redis.exceptions import RedisClusterException, RedisError
+
+from emq_worker.errors import VersionFenceError
 
 VERSION_KEY: Final = "{emq}:version"
 """Holds the wire version (default `echomq:3.0.0`); never overwritten once present."""
+RECHECK_RETRY_S = 1.0
+"""How soon a re-check that could not reach `{emq}:version` is tried again."""
+
+
+class VersionStore(Protocol):
+    """What the fence reads and writes through: the cluster client, routed by the key's slot."""
+
+    def get(self, name: str) -> Awaitable[bytes | str | None]: ...
+
+    def set(self, name: str, value: str, *, nx: bool) -> Awaitable[object]: ...
+
+
+async def read_version(store: VersionStore, wire_version: str) -> None:
+    """GET `{emq}:version`; when absent, SET NX and read it back; any other value is refused."""
+    found = await store.get(VERSION_KEY)
+    if found is None:
+        await store.set(VERSION_KEY, wire_version, nx=True)
+        found = await store.get(VERSION_KEY)
+    text = found.decode() if isinstance(found, bytes) else found
+    if text != wire_version:
+        raise VersionFenceError(wire_version, text)
+
+
+class ClusterFence:
+    """The verdict on `{emq}:version` for one cluster client, and its re-checks."""
+
+    def __init__(self, wire_version: str) -> None:
+        self.wire_version = wire_version
+        self.checks = 0
+        """Reads of the key started (awaited or in the background)."""
+        self.passed = False
+        self.refused: VersionFenceError | None = None
+        self._wanted = 0
+        """Rebuilds since the first verdict; a re-check is due while `_checked` lags behind."""
+        self._checked = 0
+        self._retry_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def discovered(self, store: VersionStore) -> None:
+        """The client (re)built its slot map: the first time, fence before any command; later,
+        ask for a re-check in the background."""
+        if not self.passed:
+            self.checks += 1
+            await read_version(store, self.wire_version)
+            self.passed = True
+            return
+        self._wanted += 1
+        self.recheck_due(store)
+
+    def verdict(self) -> None:
+        """Raise the refusal a re-check met, if any (before a command goes out)."""
+        if self.refused is not None:
+            raise self.refused
+
+    def recheck_due(self, store: VersionStore) -> None:
+        """Start the background re-check when one is due, none runs, and the last attempt that
+        could not reach the key is RECHECK_RETRY_S old."""
+        due = self._checked < self._wanted and time.monotonic() >= self._retry_at
+        if due and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._recheck(store))
+
+    async def _recheck(self, store: VersionStore) -> None:
+        wanted = self._wanted
+        self.checks += 1
+        try:
+            await read_version(store, self.wire_version)
+        except VersionFenceError as exc:
+            self.refused = exc
+            structlog.get_logger("emq_worker").error(
+                "version_fence_refused", found=exc.found, error=str(exc)
+            )
+        except (RedisError, RedisClusterException) as exc:  # the latter: no node answered
+            self._retry_at = time.monotonic() + RECHECK_RETRY_S
+            structlog.get_logger("emq_worker").info("version_recheck_deferred", error=str(exc))
+            return
+        self._checked = max(self._checked, wanted)
+
+    def reset(self) -> None:
+        """The client was closed: its next use fences again before any command."""
+        if self._task is not None:
+            self._task.cancel()
+        self._task = None
+        self.passed = False
+        self._checked = self._wanted = 0

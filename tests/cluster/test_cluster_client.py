@@ -29,12 +29,8 @@ from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import RENEW_CHUNK, HeldLease, Queue
 from emq_worker.protocol.replies import ClaimedJob, LostLease, SettleStatus
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.cluster import (
-    ClusterUnavailableError,
-    FencedCluster,
-    is_moving,
-    parse_cluster_url,
-)
+from emq_worker.server.cluster import ClusterUnavailableError, FencedCluster, is_moving
+from emq_worker.server.cluster_url import parse_cluster_url
 from emq_worker.server.connection import connect
 from tests.cluster.conftest import spread_queues
 from tests.support.cluster import ClusterOfServers
@@ -126,7 +122,7 @@ async def test_the_fence_runs_again_after_the_client_drops_its_connections(
         assert client.fence_checks == 1
         await client.ping()
         assert client.fence_checks == 1
-        await client.aclose()  # what redis-py does after CLUSTERDOWN or repeated MOVED
+        await client.aclose()  # the caller's own close: the next use fences again, awaited
         await client.ping()
         assert client.fence_checks == 2
     finally:

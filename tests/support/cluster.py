@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -24,8 +25,21 @@ READY_DEADLINE_S = 60.0
 
 
 class ClusterOfServers:
-    def __init__(self, directory: Path, *, primaries: int = 3, replicas: int = 0) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        primaries: int = 3,
+        replicas: int = 0,
+        full_coverage: bool = True,
+        extra: Sequence[str] = (),
+    ) -> None:
         self.directory = directory
+        self.full_coverage = full_coverage
+        """`cluster-require-full-coverage`: with `yes` (Redis' default) every node refuses every
+        slot (CLUSTERDOWN) from the moment a primary is marked failed until its replica leads."""
+        self.extra = tuple(extra)
+        """More redis-server arguments for every node."""
         self.primaries = primaries
         self.replicas = replicas
         self.nodes: list[RedisServer] = []
@@ -53,6 +67,9 @@ class ClusterOfServers:
                     # The bus port defaults to port + 10000, past 65535 for a high free port.
                     "--cluster-port",
                     str(self.bus_ports[index]),
+                    "--cluster-require-full-coverage",
+                    "yes" if self.full_coverage else "no",
+                    *self.extra,
                 ),
             )
             self.nodes.append(node)
@@ -111,6 +128,24 @@ class ClusterOfServers:
                 views.append(sorted(_slot_owners(client)))
         owners = {port for _, _, port in views[0]}
         return owners <= alive and all(view == views[0] for view in views)
+
+    def wait_replicas(self, deadline_s: float = READY_DEADLINE_S) -> None:
+        """Poll until every primary's replicas are online and have its whole stream: a replica
+        still waiting for its first sync (a fresh cluster) cannot be promoted."""
+        deadline = time.monotonic() + deadline_s
+        while not all(self._replicated(port) for port in self.primary_ports()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the replicas in {self.directory} did not catch up")
+            time.sleep(0.05)
+
+    def _replicated(self, port: int) -> bool:
+        with self.node(port).client() as client:
+            info = client.info("replication")
+        replicas = [info[f"slave{n}"] for n in range(int(info["connected_slaves"]))]
+        offset = info["master_repl_offset"]
+        return len(replicas) == self.replicas and all(
+            r["state"] == "online" and r["offset"] >= offset for r in replicas
+        )
 
     def owner_port(self, slot: int) -> int:
         """The port of the primary that serves `slot`."""

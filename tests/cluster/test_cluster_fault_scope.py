@@ -1,0 +1,235 @@
+"""A lost primary holds back only the queues whose slots it owned.
+
+One worker process serves three queues, one per primary, while a producer in the test keeps
+enqueuing to each; a primary is SIGKILLed and its replica promoted. The queues on the surviving
+primaries must keep flowing: no job enqueued there around the kill waits over MAX_WAIT_S for its
+handler to start (the chaos app's ledger stamps each start with the system-wide monotonic clock),
+and no enqueue there fails or takes over MAX_WAIT_S. The worker logs `queue_failed` for the lost
+node's queue only, never `beat_failed`.
+
+Killed: the primary owning `{emq}:version` (the fence must not make that node a single point of
+failure), and another one. The nodes run with `cluster-require-full-coverage no`: with Redis'
+default every node refuses every slot until the replica leads, which no client can hide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from emq_worker.jobs.producer import Producer
+from emq_worker.protocol.keys import VERSION_KEY, hash_slot
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.server.connection import connect
+from tests.chaos.faults import CHAOS_APP
+from tests.chaos.ledger import START
+from tests.cluster.conftest import spread_queues
+from tests.support.cluster import ClusterOfServers
+from tests.support.processes import REPO_ROOT, WorkerProcess, WorkerProcesses
+from tests.support.wait import eventually
+
+MAX_WAIT_S = 0.5
+"""The longest a job enqueued on a surviving queue around the kill may wait for its handler to
+start, and the longest one enqueue there may take; a stall of the whole worker or producer lasts
+until the failover, 1-2 s at a 1 s node timeout. (Waits, not gaps between starts: a gap also
+counts the time this test's own producer was descheduled on a busy machine.)"""
+JOB_MS = 20
+PACE_S = 0.01
+"""The producer's pause between two enqueues on one queue (a rate, not a wait for a state)."""
+MAX_ENQUEUES = 3_000
+"""Per queue: bounds the producer (about 30 s at PACE_S) if the test fails to stop it."""
+AFTER_FAILOVER_S = 0.5
+"""How long after the failover the flow is still measured."""
+
+
+@pytest.fixture
+def failing_over(tmp_path: Path) -> Iterator[ClusterOfServers]:
+    extra = ("--repl-diskless-sync-delay", "0")  # replicas sync at once: the test waits for it
+    with ClusterOfServers(
+        tmp_path / "cluster", primaries=3, replicas=1, full_coverage=False, extra=extra
+    ) as servers:
+        servers.wait_replicas()
+        yield servers
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    queue: str
+    at: float
+    """time.monotonic() when the enqueue was called."""
+    took: float
+    job: str | None
+    """None: the enqueue failed."""
+
+
+@dataclass
+class Traffic:
+    """A producer task per queue: every enqueue, and when the worker's handlers started each
+    job (the ledger, read on as it grows: re-reading it whole at every poll would slow the
+    producer, which shares this event loop)."""
+
+    producer: Producer
+    ledger: Path
+    sent: list[Sent] = field(default_factory=list)
+    stopping: anyio.Event = field(default_factory=anyio.Event)
+    started: dict[str, float] = field(default_factory=dict)
+    _read: dict[Path, int] = field(default_factory=dict)
+
+    async def produce(self, queue: str) -> None:
+        for _ in range(MAX_ENQUEUES):
+            if self.stopping.is_set():
+                return
+            at = time.monotonic()
+            job: str | None = None
+            with contextlib.suppress(RedisError):  # the lost node's queue, until the failover
+                job = (await self.producer.enqueue(queue, "work", {"ms": JOB_MS})).job_id
+            self.sent.append(Sent(queue, at, time.monotonic() - at, job))
+            await anyio.sleep(PACE_S)
+
+    def read_ledger(self) -> dict[str, float]:
+        """job id -> when its handler first started (the ledger read so far)."""
+        for path in sorted(self.ledger.glob("ledger-*.jsonl")):
+            with path.open("rb") as file:
+                file.seek(self._read.get(path, 0))
+                text = file.read()
+            complete = text[: text.rfind(b"\n") + 1]
+            self._read[path] = self._read.get(path, 0) + len(complete)
+            for line in complete.decode().splitlines():
+                event = json.loads(line)
+                if event["kind"] == START:
+                    self.started.setdefault(event["job"], float(event["mono"]))
+        return self.started
+
+    def starts(self, queue: str) -> list[float]:
+        started = self.read_ledger()
+        return [started[s.job] for s in self.sent if s.queue == queue and s.job in started]
+
+    def flow(self, queue: str, start: float, end: float) -> dict[str, float]:
+        """Of the enqueues on `queue` called within [start, end]: the longest wait for a handler
+        to start (until now, for a job not started), the longest enqueue, how many failed;
+        and, for the record, the longest gap between job starts."""
+        started, now = self.read_ledger(), time.monotonic()
+        sent = [s for s in self.sent if s.queue == queue and start <= s.at <= end]
+        waits = [started.get(s.job, now) - s.at for s in sent if s.job is not None]
+        return {
+            "wait": round(max(waits, default=0.0), 3),
+            "enqueue": round(max((s.took for s in sent), default=0.0), 3),
+            "failed": sum(s.job is None for s in sent),
+            "gap": round(longest_gap(self.starts(queue), start, end), 3),
+        }
+
+
+def longest_gap(times: list[float], start: float, end: float) -> float:
+    """The longest stretch of [start, end] without one of `times`."""
+    inside = sorted(t for t in times if start < t < end)
+    points = [start, *inside, end]
+    return max(b - a for a, b in pairwise(points))
+
+
+def start_worker(processes: WorkerProcesses, queues: list[str], url: str) -> WorkerProcess:
+    extra = [arg for queue in queues[1:] for arg in ("--queue", queue)]
+    extra += ["--concurrency", "8", "--app", CHAOS_APP, "--app-dir", str(REPO_ROOT)]
+    return processes.start(
+        "worker", queue=queues[0], redis_url=url, lease_ms=10_000, beat_ms=200, extra=extra
+    )
+
+
+async def kill_under_traffic(cluster: ClusterOfServers, tmp_path: Path, doomed: int) -> None:
+    """Kill the primary on port `doomed` while the worker and the producer run; assert the flow
+    on the other primaries' queues and the worker's log."""
+    placed = spread_queues(cluster, f"scope{os.getpid()}", per_node=1)
+    queues = list(placed)
+    lost = {queue for queue, port in placed.items() if port == doomed}
+    survivors = [queue for queue in queues if queue not in lost]
+    ledger = tmp_path / "fleet"
+    client: Redis = connect(cluster.url, DEFAULT_WIRE_VERSION)
+    traffic = Traffic(Producer(client), ledger)
+    try:
+        with WorkerProcesses(ledger) as processes:
+            worker = start_worker(processes, queues, cluster.url)
+            await worker.wait_event("worker_started", within_s=30)
+            async with anyio.create_task_group() as tasks:
+                for queue in queues:
+                    tasks.start_soon(traffic.produce, queue)
+                window = await kill_and_fail_over(cluster, doomed, traffic, queues)
+                traffic.stopping.set()
+            await all_started(traffic, survivors, window[1])
+            report = {queue: traffic.flow(queue, *window) for queue in survivors}
+            print(f"surviving queues around the kill (s): {report}")
+            stalled = {
+                queue: flow
+                for queue, flow in report.items()
+                if max(flow["wait"], flow["enqueue"]) > MAX_WAIT_S or flow["failed"]
+            }
+            assert not stalled, f"surviving queues held back over {MAX_WAIT_S} s: {stalled}"
+            assert_only_lost_queues_failed(worker, lost)
+    finally:
+        await client.aclose()
+
+
+async def all_started(traffic: Traffic, queues: list[str], end: float) -> None:
+    """Wait (bounded) until every job enqueued on `queues` before `end` has started."""
+
+    async def probe() -> bool:
+        started = traffic.read_ledger()
+        sent = [s for s in traffic.sent if s.queue in queues and s.at <= end and s.job]
+        return all(s.job in started for s in sent)
+
+    await eventually(probe, timeout=30, what="every job on the surviving queues started")
+
+
+async def kill_and_fail_over(
+    cluster: ClusterOfServers,
+    doomed: int,
+    traffic: Traffic,
+    queues: list[str],
+) -> tuple[float, float]:
+    """Wait for jobs to flow on every queue, kill, wait for the failover and for jobs to flow
+    again on every queue (the lost one included); returns the window to measure."""
+
+    async def flowing_since(since: float) -> bool:
+        return all(any(t > since for t in traffic.starts(q)) for q in queues)
+
+    await eventually(lambda: flowing_since(0), timeout=30, what="jobs started on every queue")
+    killed_at = time.monotonic()
+    cluster.kill(doomed)
+    await anyio.to_thread.run_sync(cluster.wait_ready)
+    assert doomed not in cluster.primary_ports(), "no replica was promoted"
+    end = time.monotonic() + AFTER_FAILOVER_S
+    await eventually(lambda: flowing_since(end), timeout=30, what="jobs started after failover")
+    return killed_at, end
+
+
+def assert_only_lost_queues_failed(worker: WorkerProcess, lost: set[str]) -> None:
+    beat_failed = worker.find("beat_failed")
+    assert not beat_failed, f"the whole beat backed off: {beat_failed[:3]}"
+    failed = {event["queue"] for event in worker.find("queue_failed")}
+    assert failed <= lost, f"queue_failed for queues on live primaries: {failed - lost}"
+
+
+@pytest.mark.slow
+async def test_losing_the_version_keys_primary_stalls_no_other_queue(
+    failing_over: ClusterOfServers, tmp_path: Path
+) -> None:
+    version_owner = failing_over.owner_port(hash_slot(VERSION_KEY))
+    await kill_under_traffic(failing_over, tmp_path, version_owner)
+
+
+@pytest.mark.slow
+async def test_losing_a_primary_backs_off_only_its_queues(
+    failing_over: ClusterOfServers, tmp_path: Path
+) -> None:
+    version_owner = failing_over.owner_port(hash_slot(VERSION_KEY))
+    doomed = next(port for port in failing_over.primary_ports() if port != version_owner)
+    await kill_under_traffic(failing_over, tmp_path, doomed)
