@@ -1,6 +1,7 @@
 """Deduplication: `dedup_id` parks `de:<did>` with the job in one script; a second enqueue under
-the same key returns the first job's id until the job completes, is removed, or the TTL lapses.
-Caller-chosen job ids are idempotent on their own (EchoMQ's duplicate verdict)."""
+the same key returns the first job's id until the completion window after the job completed
+ends (test_completion_tombstone.py), the job is removed, or the TTL lapses. Caller-chosen job
+ids are idempotent on their own (EchoMQ's duplicate verdict)."""
 
 from __future__ import annotations
 
@@ -35,12 +36,12 @@ async def test_a_second_enqueue_with_the_same_dedup_id_returns_the_first_job(
     assert b'"order":1' in (await conf.field(first.job_id, "payload") or b"")
 
 
-async def test_completion_releases_the_dedup_key(conf: Harness) -> None:
+async def test_completion_without_a_window_releases_the_dedup_key(conf: Harness) -> None:
     producer, name = conf.producer, conf.queue.name
     first = await producer.enqueue(name, "charge", dedup_id="order-42")
     job = await conf.claim_one()
     assert job.id == first.job_id
-    assert (await conf.complete(job)).status == "ok"
+    assert (await conf.queue.complete(held(job), RECEIPT_MS, completed_ttl_ms=0)).status == "ok"
     assert not await conf.exists(conf.keys.prefix + "de:order-42")
     again = await producer.enqueue(name, "charge", dedup_id="order-42")
     assert not again.duplicate
@@ -148,7 +149,7 @@ async def test_bad_dedup_options_are_refused_naming_the_value(
     assert not await client.exists(f"emq:{{{queue_name}}}:pending")
 
 
-async def test_a_worker_completing_the_job_frees_the_key_end_to_end(
+async def test_a_worker_without_a_window_frees_the_key_at_completion_end_to_end(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
     app = App()
@@ -161,7 +162,8 @@ async def test_a_worker_completing_the_job_frees_the_key_end_to_end(
     producer = Producer(client)
     first = await producer.enqueue(queue_name, "charge", {"n": 1}, dedup_id="once")
     assert (await producer.enqueue(queue_name, "charge", {"n": 2}, dedup_id="once")).duplicate
-    async with running_worker(worker_settings(queue_name, redis_url), app) as worker:
+    settings = worker_settings(queue_name, redis_url, completed_ttl_ms=0)
+    async with running_worker(settings, app) as worker:
         await eventually(lambda: _value(worker.counters.completed == 1), what="completion")
     assert runs == [1]
     assert not await client.exists(f"emq:{{{queue_name}}}:de:once")

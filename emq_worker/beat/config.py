@@ -10,6 +10,7 @@ from emq_worker.observe.http import parse_host_port
 from emq_worker.protocol.ids import DEFAULT_NODE_ID, MAX_NODE_ID
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.queue import DEFAULT_COMPLETED_TTL_MS
 from emq_worker.retry import DEFAULT_BACKOFF, Backoff
 from emq_worker.server.connection import DEFAULT_URL, validate_url
 
@@ -31,6 +32,9 @@ class WorkerSettings:
     reap_batch: int = 100
     promote_batch: int = 100
     settle_timeout_ms: int = 10_000
+    completed_ttl_ms: int = DEFAULT_COMPLETED_TTL_MS
+    """The completion window: a job enqueued with a caller-chosen id or a dedup id stays a
+    duplicate this long after it completed (0: only while it lives)."""
     burst: bool = False
     """Exit once nothing is held, pending or scheduled (for scripts and demos)."""
     renew: bool = True
@@ -65,6 +69,7 @@ class WorkerSettings:
         _at_least("reap_batch", self.reap_batch, 1)
         _at_least("promote_batch", self.promote_batch, 1)
         _at_least("settle_timeout_ms", self.settle_timeout_ms, 100)
+        _at_least("completed_ttl_ms", self.completed_ttl_ms, 0)
         if not 0 <= self.node_id <= MAX_NODE_ID:
             raise ConfigError(f"node_id must be in [0, {MAX_NODE_ID}]; got {self.node_id}")
         if self.renew_every_ms and self.lease_ms < 3 * self.renew_every_ms:

@@ -81,7 +81,9 @@ class SettleBatcher:
         with anyio.move_on_after(self.settings.settle_timeout_ms / 1000):
             while True:
                 try:
-                    return await queue.settle(outcomes, self.settings.receipt_ms)
+                    return await queue.settle(
+                        outcomes, self.settings.receipt_ms, self.settings.completed_ttl_ms
+                    )
                 except RETRYABLE as exc:  # READONLY, MISCONF too: retried, then left to the reaper
                     if fatal(exc):
                         raise

@@ -141,6 +141,16 @@ def main() -> None:
     show_default=True,
     help="Default handler timeout (tasks may override).",
 )
+@click.option(
+    "--completed-ttl-ms",
+    type=click.IntRange(min=0),
+    show_envvar=True,
+    envvar="EMQ_COMPLETED_TTL_MS",
+    default=DEFAULTS.completed_ttl_ms,
+    show_default=True,
+    help="How long a completed job enqueued with --job-id or a dedup id stays a duplicate "
+    "(its tombstone key; 0: only while the job lives).",
+)
 @wire_version_option
 @click.option(
     "--log-format",
@@ -196,6 +206,7 @@ def run(
     max_attempts: int,
     backoff: str,
     job_timeout_ms: int,
+    completed_ttl_ms: int,
     wire_version: str,
     log_format: Any,
     log_level: str,
@@ -216,6 +227,7 @@ def run(
             max_attempts=max_attempts,
             backoff=parse_backoff(backoff),
             job_timeout_ms=job_timeout_ms,
+            completed_ttl_ms=completed_ttl_ms,
             wire_version=wire_version,
             burst=burst,
             handoff=handoff,
@@ -252,11 +264,17 @@ def _failure(exc: Exception, redis_url: str) -> str:
 @redis_url_option
 @wire_version_option
 @click.option("--delay-ms", type=int, default=None, help="Run no sooner than this from now.")
-@click.option("--job-id", default=None, help="A caller-chosen JOB id (idempotent).")
+@click.option(
+    "--job-id",
+    default=None,
+    help="A caller-chosen JOB id: idempotent while the job lives and for the workers' "
+    "--completed-ttl-ms after it completed.",
+)
 @click.option(
     "--dedup-id",
     default=None,
-    help="Enqueue only if no live job holds this key; else print that job's id (duplicate).",
+    help="Enqueue only if no job holds this key (live, or completed within the workers' "
+    "--completed-ttl-ms); else print that job's id (duplicate).",
 )
 @click.option(
     "--dedup-ttl-ms", type=click.IntRange(min=1), default=None, help="Release the key after this."
@@ -304,7 +322,7 @@ def enqueue(
     node_id: int,
 ) -> None:
     """Enqueue TASK with KWARGS (a JSON object) and print the job id ("<id> (duplicate)" when
-    --job-id or --dedup-id names a job that already exists)."""
+    --job-id or --dedup-id names a job that exists, or that completed within the window)."""
     try:
         validate_queue_name(queue)  # a usage error (exit 2), before anything connects
     except EmqError as exc:

@@ -2,9 +2,13 @@
 a job's result.
 
 Job ids are EchoMQ branded `JOB` ids minted from this process's node id. A caller-chosen id is
-idempotent: enqueueing it again reports a duplicate and keeps the original row. A `dedup_id`
-makes any enqueue idempotent: while a job parked under that key lives (until it completes or is
-removed, or for at most `dedup_ttl_ms`), enqueueing again returns that job's id.
+idempotent: enqueueing it again reports a duplicate and keeps the original row, while the job
+lives and for the workers' completion window after it completed (`completed_ttl_ms`, a day by
+default), so re-sending an enqueue whose reply was lost never runs the job twice. A `dedup_id`
+makes any enqueue idempotent the same way: enqueueing again returns the id of the job parked
+under the key (until the window after its completion ends, it is removed, or `dedup_ttl_ms`).
+Each script call carries a nonce: a call the client library re-sends (its reply was lost) is
+answered from the first copy's memo, so a minted id is never minted again for it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from emq_worker.errors import ConfigError
 from emq_worker.jobs import codec
 from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
+from emq_worker.jobs.resend import send_enqueue
 from emq_worker.jobs.results import wait_result
 from emq_worker.protocol.ids import DEFAULT_NODE_ID, SnowflakeMinter, job_id
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
@@ -54,16 +59,18 @@ class JobSpec:
     dedup_id: str | None = None
     """Enqueue only if no live job is parked under this key; `[A-Za-z0-9._-]{1,255}`."""
     dedup_ttl_ms: int | None = None
-    """Release the dedup key after this long even if the job still lives (None: at completion
-    or removal only)."""
+    """Release the dedup key after this long even if the job still lives (None: when the
+    completion window after the job completed ends, or at removal)."""
 
 
 class Enqueued(NamedTuple):
     job_id: JobId
     """The job that holds the place: the new one, or the one already there on a duplicate."""
     duplicate: bool
-    """True when nothing was enqueued: a job with this (caller-chosen) id already existed, or a
-    live job is parked under the dedup id (then `job_id` is that job's id)."""
+    """True when nothing was enqueued: a job with this (caller-chosen) id exists or completed
+    within the completion window, or a job is parked under the dedup id, live or completed
+    within the window (then `job_id` is that job's id). A completed job is `absent` to
+    `state_of`; its result, if it stored one, is there while its `result_ttl_ms` lasts."""
 
 
 _checked_id = job_id
@@ -142,9 +149,10 @@ class Producer:
     ) -> Enqueued:
         """Enqueue `task(**kwargs)` on `queue`, now or later (server clock for delay_ms).
 
-        `dedup_id`: enqueue only if no live job is parked under this key (else the result is a
-        duplicate naming that job). `max_attempts`, `backoff`, `timeout_ms` and `result_ttl_ms`
-        override the task's own for this job (`result_ttl_ms=0` stores no result).
+        `dedup_id`: enqueue only if no job is parked under this key, live or completed within
+        the completion window (else the result is a duplicate naming that job).
+        `max_attempts`, `backoff`, `timeout_ms` and `result_ttl_ms` override the task's own
+        for this job (`result_ttl_ms=0` stores no result).
         """
         options = None
         if (
@@ -201,7 +209,7 @@ class Producer:
         results: list[Enqueued | None] = [None] * len(jobs)
         todo = list(range(len(jobs)))
         for _ in range(MAX_REMINTS + 1):
-            flags = await self.queue(queue).enqueue([jobs[i] for i in todo])
+            flags = await send_enqueue(self.queue(queue), [jobs[i] for i in todo])
             retry = []
             for i, enqueued in zip(todo, flags, strict=True):
                 if isinstance(enqueued, str):  # a live job is parked under its dedup id
@@ -209,8 +217,10 @@ class Producer:
                 elif enqueued or chosen[i]:
                     results[i] = Enqueued(jobs[i].id, not enqueued)
                 else:
-                    # A freshly minted id collided (another producer on the same node id):
-                    # mint again rather than lose the job.
+                    # A freshly minted id collided with another producer's (the same node id).
+                    # Never this call's own first copy: a call the client re-sent is answered
+                    # from its memo (same nonce) as the first copy was. Mint again rather than
+                    # lose the job.
                     jobs[i] = jobs[i]._replace(id=self.minter.job_id())
                     retry.append(i)
             if not retry:
@@ -251,12 +261,14 @@ class Producer:
             mode, ms = NOW
         else:
             mode, ms = _when(spec.delay_ms, spec.run_at)
+        chosen = spec.job_id is not None
         new_id = job_id(spec.job_id) if spec.job_id is not None else next(minted)
         if spec.dedup_id is None:
             if spec.dedup_ttl_ms is not None:
                 raise ConfigError("dedup_ttl_ms needs a dedup_id")
-            return NewJob(new_id, payload, mode, ms)
-        return NewJob(new_id, payload, mode, ms, *_dedup(spec.dedup_id, spec.dedup_ttl_ms))
+            return NewJob(new_id, payload, mode, ms, chosen=chosen)
+        did, ttl = _dedup(spec.dedup_id, spec.dedup_ttl_ms)
+        return NewJob(new_id, payload, mode, ms, did, ttl, chosen)
 
     async def result(self, job_id: str, *, queue: str, timeout: float = 30.0) -> Any:  # noqa: ASYNC109
         """Wait up to `timeout` seconds for the return value of a job whose task (or enqueue)

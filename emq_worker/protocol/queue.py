@@ -29,6 +29,12 @@ from emq_worker.protocol.scripts import ArgValue, Scripts
 ScheduleMode = Literal["now", "in", "at"]
 RENEW_CHUNK = 50
 """Leases per renew script call: under about 2 ms of server time even on a slow 2-core VM."""
+DEFAULT_COMPLETED_TTL_MS = 24 * 3600 * 1000
+"""The completion window: how long a completed job enqueued with a caller-chosen id or a dedup
+id stays a duplicate (its tombstone `idem:<id>` lasts this long; see lua/settle.lua)."""
+ENQUEUE_MEMO_MS = 60_000
+"""How long an enqueue call's memo answers a re-send of that call (longer than any client's
+retry window, as for settle receipts)."""
 
 
 class NewJob(NamedTuple):
@@ -41,7 +47,11 @@ class NewJob(NamedTuple):
     dedup_id: str | None = None
     """Enqueue only if no live job is parked under this key (`de:<did>`); None: no dedup."""
     dedup_ttl_ms: int = 0
-    """How long the dedup key lasts at most (0: until the job completes or is removed)."""
+    """How long the dedup key lasts at most (0: until the completion window ends after the job
+    completed, or it is removed)."""
+    chosen: bool = False
+    """The caller chose `id`: its completion leaves a tombstone, so the id stays a duplicate for
+    the worker's completion window (`idem:<id>`). Minted ids leave none."""
 
 
 class HeldLease(NamedTuple):
@@ -120,16 +130,26 @@ class Queue:
             keys = self._script_keys[verb] = self.scripts.keys(verb, self.keys.prefix)
         return keys
 
-    async def enqueue(self, jobs: Sequence[NewJob]) -> list[bool | JobId]:
+    async def enqueue(
+        self, jobs: Sequence[NewJob], *, nonce: str | None = None
+    ) -> list[bool | JobId]:
         """Enqueue all or none (one script call). Per job: True enqueued; False when its id
-        already existed; or, for a job with a dedup id, the id of the live job parked under it."""
+        already existed (or, chosen, completed within the window); or, for a job with a dedup
+        id, the id of the job parked under it (live, or completed within the window).
+
+        The call carries a fresh `nonce`: should the client re-send it (its reply lost), the
+        re-send finds the call's memo and gets the same answer, writing nothing."""
         if not jobs:
             return []
         dedup: list[ArgValue] = []
+        chosen: list[ArgValue] = []
         for index, job in enumerate(jobs, start=1):
             if job.dedup_id is not None:
                 dedup += [index, job.dedup_id, job.dedup_ttl_ms]
-        args: list[ArgValue] = [self.keys.prefix, len(dedup) // 3, *dedup]
+            if job.chosen:
+                chosen.append(index)
+        args: list[ArgValue] = [self.keys.prefix, nonce or new_nonce(), ENQUEUE_MEMO_MS]
+        args += [len(dedup) // 3, len(chosen), *dedup, *chosen]
         for job in jobs:
             args += [job.id, job.payload, job.mode, job.ms]
         reply = await self.scripts.call(
@@ -200,8 +220,14 @@ class Queue:
             replies = await self.scripts.call_pipelined(self.client, "renew", calls)
         return [lost for reply in replies for lost in lost_leases(reply)]
 
-    async def settle(self, outcomes: Sequence[Outcome], receipt_ms: int) -> list[SettleResult]:
-        """Write every outcome in one script call; one SettleResult per outcome, in order."""
+    async def settle(
+        self,
+        outcomes: Sequence[Outcome],
+        receipt_ms: int,
+        completed_ttl_ms: int = DEFAULT_COMPLETED_TTL_MS,
+    ) -> list[SettleResult]:
+        """Write every outcome in one script call; one SettleResult per outcome, in order. A
+        completed job with a chosen or dedup id stays a duplicate for `completed_ttl_ms`."""
         if not outcomes:
             return []
         completions = [o for o in outcomes if isinstance(o, Completion)]
@@ -209,7 +235,8 @@ class Queue:
         stored = [(c, c.result) for c in completions if c.result is not None]
         if stored:  # completions that store a result go first, each with its result and TTL
             completions = [*(c for c, _ in stored), *(c for c in completions if c.result is None)]
-        args: list[ArgValue] = [self.keys.prefix, receipt_ms, len(completions), len(stored)]
+        args: list[ArgValue] = [self.keys.prefix, receipt_ms, completed_ttl_ms]
+        args += [len(completions), len(stored)]
         for completion, result in stored:
             lease = completion.lease
             args += [lease.id, lease.token, lease.nonce, completion.result_ttl_ms, result]
@@ -236,8 +263,13 @@ class Queue:
         by_outcome = dict(zip(map(id, [*completions, *failures]), results, strict=True))
         return [by_outcome[id(outcome)] for outcome in outcomes]
 
-    async def complete(self, lease: HeldLease, receipt_ms: int) -> SettleResult:
-        return (await self.settle([Completion(lease)], receipt_ms))[0]
+    async def complete(
+        self,
+        lease: HeldLease,
+        receipt_ms: int,
+        completed_ttl_ms: int = DEFAULT_COMPLETED_TTL_MS,
+    ) -> SettleResult:
+        return (await self.settle([Completion(lease)], receipt_ms, completed_ttl_ms))[0]
 
     async def fail(
         self,
@@ -279,8 +311,10 @@ class Queue:
         return promote_result(reply)
 
     async def remove(self, job_id: JobId, dedup_id: str = "", *, only_dead: bool = False) -> bool:
-        """Delete an unheld job; False when it was gone. Raises LockedError while it is held,
-        and with `only_dead`, StateError unless it is in dead (checked in the same script)."""
+        """Delete an unheld job, or forget one that completed within the completion window (its
+        tombstone: the id may be enqueued again); False when there was neither. Raises
+        LockedError while it is held, and with `only_dead`, StateError unless it is in dead
+        (checked in the same script)."""
         k = self.keys
         reply = await self.scripts.call(
             self.client,
@@ -288,7 +322,7 @@ class Queue:
             self.script_keys("remove"),
             [k.prefix, job_id, dedup_id, "dead" if only_dead else ""],
         )
-        return int(reply) == 1
+        return int(reply) >= 0  # 1 removed, 0 a completed job's tombstone forgotten
 
     async def reprocess(self, job_id: JobId) -> bool:
         """Return a dead job to pending with a fresh retry budget; False when it was gone."""

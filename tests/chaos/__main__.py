@@ -15,15 +15,16 @@ import json
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from emq_worker.observe import log
-from tests.chaos import recovery, rows
+from tests.chaos import recovery, resend, rows
 from tests.chaos.test_connections import KILL_CI, LOST_CI
+from tests.chaos.test_enqueue_resend import RESEND_CI
 from tests.chaos.test_kill_recovery import CI_SIZE as RECOVERY_CI
 from tests.chaos.test_partitions import LATENCY_CI, LONG_CI, SHORT_CI
 from tests.chaos.test_poison import BYSTANDERS_CI
@@ -53,6 +54,12 @@ SPECS: dict[str, Spec] = {
     "amnesia": Spec(rows.redis_amnesia, AMNESIA_CI, rows.AmnesiaSize()),
     "clientkill": Spec(rows.client_kills, KILL_CI, rows.ClientKillSize()),
     "lostreply": Spec(rows.lost_replies, LOST_CI, rows.LostReplySize()),
+    "resend": Spec(resend.lost_enqueue_replies, RESEND_CI, resend.ResendSize()),
+    "resend-redispy": Spec(
+        resend.lost_enqueue_replies,
+        replace(RESEND_CI, library_resends=True),
+        resend.ResendSize(library_resends=True),
+    ),
     "shortcut": Spec(rows.short_partitions, SHORT_CI, rows.PartitionSize(rounds=5, lease_ms=3_000)),
     "longcut": Spec(rows.long_partitions, LONG_CI, rows.PartitionSize(rounds=5)),
     "latency": Spec(rows.slow_network, LATENCY_CI, rows.LatencySize()),

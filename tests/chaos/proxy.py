@@ -45,6 +45,8 @@ class Proxy:
         self.lose_reply_if: Callable[[bytes], bool] | None = None
         self.replies_to_lose = 0
         self.lose_rate = 1.0
+        self.lose_again = True
+        self.lost_requests: set[bytes] = set()
         self.replies_lost = 0
         self.links: set[Link] = set()
         self._healed = asyncio.Event()
@@ -101,10 +103,14 @@ class Proxy:
         """Delay every chunk by delay_s +/- jitter_s (uniform), keeping order per direction."""
         self.delay_s, self.jitter_s = delay_s, jitter_s
 
-    def lose_replies(self, matches: Callable[[bytes], bool], count: int, rate: float = 1.0) -> None:
+    def lose_replies(
+        self, matches: Callable[[bytes], bool], count: int, rate: float = 1.0, *, again: bool = True
+    ) -> None:
         """Forward requests that `matches`; drop the reply of each with probability `rate` and
-        close its connection, until `count` replies are lost."""
+        close its connection, until `count` replies are lost. Without `again`, a request sent
+        again byte for byte (a re-send) always gets its reply."""
         self.lose_reply_if, self.replies_to_lose, self.lose_rate = matches, count, rate
+        self.lose_again = again
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -187,5 +193,9 @@ class Proxy:
             return False
         if not self.lose_reply_if(chunk) or self.rng.random() >= self.lose_rate:
             return False
+        if not self.lose_again:
+            if chunk in self.lost_requests:
+                return False
+            self.lost_requests.add(chunk)
         self.replies_to_lose -= 1
         return True

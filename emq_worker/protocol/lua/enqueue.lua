@@ -9,17 +9,29 @@
 -- KEYS[5] = emq:{q}:active
 -- KEYS[6] = emq:{q}:meta
 -- ARGV[1] = p, the queue prefix "emq:{q}:" (rows are p.."job:"..id, on the same slot)
--- ARGV[2] = d, the number of dedup triples that follow (0 on the common path)
--- ARGV[3..] = d triples: job index (1-based, in the job list below), did, ttl_ms (0: no TTL).
---             The job is enqueued only if p.."de:"..did is free (absent, or naming a job whose
---             row is gone); then de:<did> = id (PX ttl_ms when > 0) and the row gets a `dedup`
---             field = did, so completion and remove can release the key.
+-- ARGV[2] = nonce, fresh for each call (a client re-sending the call sends it again)
+-- ARGV[3] = memo_ms: when the call enqueues anything, p.."enqueue:"..nonce keeps its reply this
+--           long (0: no memo). A call that finds its memo is a re-send whose first reply was
+--           lost: it replies the memo again and writes nothing, however the jobs fared since.
+-- ARGV[4] = d, the number of dedup triples that follow (0 on the common path)
+-- ARGV[5] = c, the number of chosen-id indices that follow the triples (0 on the common path)
+-- ARGV[6..] = d triples: job index (1-based, in the job list below), did, ttl_ms (0: no TTL).
+--             The job is enqueued only if p.."de:"..did is free: absent, or naming a job whose
+--             row is gone while the key has no TTL (left behind by another client). A key with
+--             a TTL is held until it lapses: settle PEXPIREs a completed job's key to the
+--             completion window. Then de:<did> = id (PX ttl_ms when > 0) and the row gets a
+--             `dedup` field = did, so completion and remove can find the key.
+-- then    = c job indices (1-based) whose id the caller chose: such a job is a duplicate also
+--           while p.."idem:"..id is "completed" (settle's completion tombstone, PX the worker's
+--           completed_ttl_ms); enqueued, it sets idem:<id> = "live", so its completion leaves
+--           that tombstone. The row itself keeps its three fields.
 -- then    = one quadruple per job: id, payload, mode ("now" | "in" | "at"), ms
 --             ("in": ms from now on the server clock; "at": absolute unix ms; "now": ignored)
 --
--- Reply: an array with one entry per job, in order: 1 enqueued; 0 duplicate (the row exists; the
---        original row is kept untouched); or a string, the id of the job that de:<did> names
---        (a dedup duplicate: nothing was written).
+-- Reply: an array with one entry per job, in order: 1 enqueued; 0 duplicate (the row exists, or
+--        the caller-chosen id completed within the window; nothing is touched); or a string,
+--        the id of the job that de:<did> names, live or completed within the window (a dedup
+--        duplicate: nothing was written). A re-send gets the first copy's reply again.
 -- Errors: EMQKIND when any id is not JOB-namespaced; checked for every job before any write.
 -- Hand-off: while pending is empty and live offers stand in KEYS[4] (member "<nonce>:<lease_ms>",
 -- score = when the offer lapses, server ms), each job enqueued "now" is leased here, oldest mint
@@ -34,8 +46,22 @@
 --- @include now_ms
 --- @include fence
 --- @include events
-local p = ARGV[1]
-local jobs_from = 3 + 3 * tonumber(ARGV[2])
+local p, memo_ms = ARGV[1], tonumber(ARGV[3])
+local memo = p .. 'enqueue:' .. ARGV[2]
+-- A re-send: the first copy's reply, entry by entry ("1", "0" or a holder's id).
+if memo_ms > 0 then
+  local sent = redis.call('GET', memo)
+  if sent then
+    local again = {}
+    for entry in string.gmatch(sent, '[^,]+') do
+      again[#again + 1] = tonumber(entry) or entry
+    end
+    return again
+  end
+end
+local dedup_from = 6
+local chosen_from = dedup_from + 3 * tonumber(ARGV[4])
+local jobs_from = chosen_from + tonumber(ARGV[5])
 local now_jobs = 0 -- jobs enqueued "now": each may take an offer
 for i = jobs_from, #ARGV, 4 do
   if string.sub(ARGV[i], 1, 3) ~= 'JOB' then
@@ -45,19 +71,28 @@ for i = jobs_from, #ARGV, 4 do
     now_jobs = now_jobs + 1
   end
 end
-local dedup = {}
-for i = 3, jobs_from - 1, 3 do
+local dedup, chosen = {}, {}
+for i = dedup_from, chosen_from - 1, 3 do
   dedup[tonumber(ARGV[i])] = i
 end
--- The id de:<did> names, when that job still exists; else nil (the key is free to take).
+for i = chosen_from, jobs_from - 1 do
+  chosen[tonumber(ARGV[i])] = true
+end
+-- True when the caller-chosen id `id` completed within the window (settle's tombstone).
+local function completed(id)
+  return redis.call('GET', p .. 'idem:' .. id) == 'completed'
+end
+-- The id de:<did> names, when that job still exists or the key has a TTL (a completed job's
+-- window, or dedup_ttl_ms); else nil (the key is free to take).
 local function parked(did)
-  local holder = redis.call('GET', p .. 'de:' .. did)
-  if holder and redis.call('EXISTS', p .. 'job:' .. holder) == 1 then
+  local key = p .. 'de:' .. did
+  local holder = redis.call('GET', key)
+  if holder and (redis.call('EXISTS', p .. 'job:' .. holder) == 1 or redis.call('PTTL', key) > 0) then
     return holder
   end
   return nil
 end
-local replies, ready = {}, {}
+local replies, ready, enqueued = {}, {}, 0
 local now = nil
 local scheduled = 0
 -- The live offers, newest first, at most one per job enqueued now (none when nothing waits for
@@ -110,8 +145,9 @@ end
 for i = jobs_from, #ARGV, 4 do
   local id, payload, mode = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local row = p .. 'job:' .. id
-  local d = dedup[(i - jobs_from) / 4 + 1]
-  if redis.call('EXISTS', row) == 1 then
+  local index = (i - jobs_from) / 4 + 1
+  local d = dedup[index]
+  if redis.call('EXISTS', row) == 1 or (chosen[index] and completed(id)) then
     replies[#replies + 1] = 0
   else
     local did = d and ARGV[d + 1]
@@ -127,6 +163,9 @@ for i = jobs_from, #ARGV, 4 do
         else
           redis.call('SET', p .. 'de:' .. did, id)
         end
+      end
+      if chosen[index] then
+        redis.call('SET', p .. 'idem:' .. id, 'live')
       end
       -- A job leased to a parked worker has its row written already: no pending entry, no wake.
       if not (mode == 'now' and hand_off(id, payload, did)) then
@@ -149,6 +188,7 @@ for i = jobs_from, #ARGV, 4 do
         end
       end
       replies[#replies + 1] = 1
+      enqueued = enqueued + 1
     end
   end
 end
@@ -159,4 +199,9 @@ end
 -- Ready jobs wake one parked worker each; scheduled ones wake one worker in all, which then
 -- learns the new earliest due time (and parks until exactly then rather than a whole beat).
 wake(KEYS[3], #ready / 2 + math.min(scheduled, 1))
+-- The memo, only when this call wrote something: a re-send of a call that wrote nothing is a
+-- fresh call, and answers as the first did (or enqueues what has since become free).
+if memo_ms > 0 and enqueued > 0 then
+  redis.call('SET', memo, table.concat(replies, ','), 'PX', memo_ms)
+end
 return replies

@@ -11,13 +11,25 @@
 --           while it still names this job)
 -- ARGV[4] = "dead" to remove the job only while it is in dead (purging the morgue), or ""
 --
--- Reply: 1 removed, -1 gone (no row). Removes the row and its logs and receipt subkeys.
+-- Reply: 1 removed; 0 forgotten: no row, but the job completed within the window, and its
+--        completion tombstones are deleted: p.."idem:"..id, and de:<did> when ARGV[3] names a
+--        key that names this job, so that id and dedup id may be enqueued again (never with
+--        ARGV[4] "dead"); -1 gone (neither row nor tombstone). Removes the row, its logs and
+--        receipt subkeys, and its idem:<id> key.
 -- Errors: EMQLOCK when the lock subkey or the row's lock field exists (a worker holds the job);
 --         EMQSTATE when ARGV[4] is "dead" and the job is not in dead (nothing changed).
 local p, id, did = ARGV[1], ARGV[2], ARGV[3]
-local row = p .. 'job:' .. id
+local row, idem = p .. 'job:' .. id, p .. 'idem:' .. id
 if redis.call('EXISTS', row) == 0 then
-  return -1
+  if ARGV[4] == 'dead' then
+    return -1
+  end
+  local forgot = redis.call('GET', idem) == 'completed'
+  redis.call('DEL', idem) -- a "live" one left by a row deleted elsewhere goes too
+  if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
+    forgot = redis.call('DEL', p .. 'de:' .. did) == 1
+  end
+  return forgot and 0 or -1
 end
 if redis.call('EXISTS', row .. ':lock') == 1 or redis.call('HEXISTS', row, 'lock') == 1 then
   return redis.error_reply('EMQLOCK job is locked: ' .. id)
@@ -35,5 +47,5 @@ if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
   redis.call('DEL', p .. 'de:' .. did)
 end
 redis.call('SREM', KEYS[5], id)
-redis.call('DEL', row, row .. ':logs', row .. ':receipt')
+redis.call('DEL', row, row .. ':logs', row .. ':receipt', idem)
 return 1

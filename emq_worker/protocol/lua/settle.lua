@@ -12,13 +12,18 @@
 --           take one claims without waiting for its beat)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = receipt_ms: how long each holder's receipt answers a re-sent settle
--- ARGV[3] = n, the number of completions that follow
--- ARGV[4] = r, how many of those n store a result (they come first; 0 on the common path)
--- ARGV[5..] = r quintuples, id, token, nonce, result_ttl_ms, result, then n - r triples, id,
+-- ARGV[3] = completed_ttl_ms: the completion window. A completed job enqueued with a chosen id
+--           (p.."idem:"..id exists) gets the tombstone idem:<id> = "completed" PX
+--           completed_ttl_ms; one with a dedup id keeps its de:<dedup> key while it names the
+--           job, PEXPIREd to completed_ttl_ms (unless its own TTL ends sooner): enqueue reports
+--           both as duplicates until then. 0: no tombstone; both keys are deleted.
+-- ARGV[4] = n, the number of completions that follow
+-- ARGV[5] = r, how many of those n store a result (they come first; 0 on the common path)
+-- ARGV[6..] = r quintuples, id, token, nonce, result_ttl_ms, result, then n - r triples, id,
 --             token, nonce: one per completed job. The row, its lock and logs subkeys are
---             deleted, and the row's de:<dedup> key while it names the job; metrics:completed
---             counts them. A result is SET at p.."result:"..id with PX result_ttl_ms, and
---             p.."result:"..id..":ready" gets one "1" with the same TTL (waiters block on it).
+--             deleted (and tombstoned, above); metrics:completed counts them. A result is SET
+--             at p.."result:"..id with PX result_ttl_ms, and p.."result:"..id..":ready" gets
+--             one "1" with the same TTL (waiters block on it).
 -- then    = one sextuple per failed job: id, token, nonce, delay_ms, max_attempts, error. It is
 --           retried after delay_ms into schedule (0: straight back to pending, with a wake), or
 --           moved to dead once attempts - attempts_base >= max_attempts (0 dead-letters at once:
@@ -41,7 +46,7 @@
 --- @include now_ms
 --- @include fence
 --- @include events
-local p, receipt_ms, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local p, receipt_ms, completed_ttl, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local reply, completed, woken, scheduled, cleared = {}, 0, 0, 0, 0
 local now = nil
 
@@ -70,15 +75,39 @@ local function refuse(refusal, id, token)
   end
 end
 
+-- The completion tombstone of a job with a chosen id (its idem key exists) or a dedup id (`did`
+-- while de:<did> names it): a re-sent enqueue of either is a duplicate for the window. The
+-- dedup key is its own tombstone: it keeps naming the job, now with a TTL, which enqueue reads
+-- as "completed" once the row is gone.
+local function tombstone(id, did)
+  local idem = p .. 'idem:' .. id
+  local de = did and p .. 'de:' .. did
+  if de and redis.call('GET', de) ~= id then
+    de = nil
+  end
+  if completed_ttl <= 0 then
+    redis.call('DEL', idem)
+    if de then
+      redis.call('DEL', de)
+    end
+    return
+  end
+  redis.call('SET', idem, 'completed', 'XX', 'PX', completed_ttl)
+  if de then
+    local left = redis.call('PTTL', de)
+    if left < 0 or left > completed_ttl then
+      redis.call('PEXPIRE', de, completed_ttl)
+    end
+  end
+end
+
 local function complete(id, token, nonce)
   local row, refusal, did = settle_admit(p, id, token, nonce)
   if refusal then
     refuse(refusal, id, token)
     return false
   end
-  if did and redis.call('GET', p .. 'de:' .. did) == id then
-    redis.call('DEL', p .. 'de:' .. did)
-  end
+  tombstone(id, did)
   redis.call('DEL', row, row .. ':lock', row .. ':logs')
   completed = completed + 1
   answer(row, id, token, nonce, 'completed')
@@ -89,10 +118,10 @@ local function complete(id, token, nonce)
   return true
 end
 
-local with_results = tonumber(ARGV[4])
-local plain_from = 5 + 5 * with_results
+local with_results = tonumber(ARGV[5])
+local plain_from = 6 + 5 * with_results
 local failures_from = plain_from + 3 * (n - with_results)
-for i = 5, plain_from - 1, 5 do
+for i = 6, plain_from - 1, 5 do
   local id = ARGV[i]
   if complete(id, ARGV[i + 1], ARGV[i + 2]) then
     local key, ttl = p .. 'result:' .. id, ARGV[i + 3]
