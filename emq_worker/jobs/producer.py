@@ -24,6 +24,7 @@ from emq_worker.errors import ConfigError
 from emq_worker.jobs import codec
 from emq_worker.jobs.options import JobOptions
 from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
+from emq_worker.jobs.resent import written_by_us
 from emq_worker.jobs.results import wait_result
 from emq_worker.protocol.ids import DEFAULT_NODE_ID, SnowflakeMinter, job_id
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
@@ -190,24 +191,41 @@ class Producer:
         todo = list(range(len(jobs)))
         for _ in range(MAX_REMINTS + 1):
             flags = await self.queue(queue).enqueue([jobs[i] for i in todo])
-            retry = []
+            collided = []
             for i, enqueued in zip(todo, flags, strict=True):
                 if isinstance(enqueued, str):  # a live job is parked under its dedup id
                     results[i] = Enqueued(enqueued, True)
                 elif enqueued or chosen[i]:
                     results[i] = Enqueued(jobs[i].id, not enqueued)
                 else:
-                    # A freshly minted id collided (another producer on the same node id):
-                    # mint again rather than lose the job.
-                    jobs[i] = jobs[i]._replace(id=self.minter.job_id())
-                    retry.append(i)
-            if not retry:
+                    collided.append(i)
+            todo = await self._mint_again(queue, jobs, collided, results)
+            if not todo:
                 return [result for result in results if result is not None]
-            todo = retry
         raise ConfigError(
             f"minted job ids kept colliding; is another producer using node_id "
             f"{self.minter.node_id}?"
         )
+
+    async def _mint_again(
+        self,
+        queue: str,
+        jobs: list[NewJob],
+        collided: list[int],
+        results: list[Enqueued | None],
+    ) -> list[int]:
+        """Which minted ids reported as existing belong to another producer (on the same node
+        id): those jobs get a fresh id and are sent again rather than lost. A row holding this
+        very job is our own, written by the first sending of a re-sent enqueue (jobs/resent.py)."""
+        ours = await written_by_us(self.queue(queue), [jobs[i] for i in collided])
+        again = []
+        for i, mine in zip(collided, ours, strict=True):
+            if mine:
+                results[i] = Enqueued(jobs[i].id, False)
+            else:
+                jobs[i] = jobs[i]._replace(id=self.minter.job_id())
+                again.append(i)
+        return again
 
     async def repeat(
         self,
