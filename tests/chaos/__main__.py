@@ -23,7 +23,7 @@ import anyio
 
 from emq_worker.observe import log
 from tests.chaos import rows
-from tests.chaos.test_connections import KILL_CI, LOST_CI
+from tests.chaos.test_connections import HELD_CI, KILL_CI, LOST_CI
 from tests.chaos.test_partitions import LATENCY_CI, LONG_CI, SHORT_CI
 from tests.chaos.test_poison import BYSTANDERS_CI
 from tests.chaos.test_poison import CI_SIZE as POISON_CI
@@ -51,6 +51,7 @@ SPECS: dict[str, Spec] = {
     "amnesia": Spec(rows.redis_amnesia, AMNESIA_CI, rows.AmnesiaSize()),
     "clientkill": Spec(rows.client_kills, KILL_CI, rows.ClientKillSize()),
     "lostreply": Spec(rows.lost_replies, LOST_CI, rows.LostReplySize()),
+    "heldkill": Spec(rows.held_kills, HELD_CI, rows.HeldKillSize()),
     "shortcut": Spec(rows.short_partitions, SHORT_CI, rows.PartitionSize(rounds=5, lease_ms=3_000)),
     "longcut": Spec(rows.long_partitions, LONG_CI, rows.PartitionSize(rounds=5)),
     "latency": Spec(rows.slow_network, LATENCY_CI, rows.LatencySize()),
