@@ -25,7 +25,7 @@ from emq_worker.observe.clock import MonotonicClock
 from emq_worker.observe.metrics import Counters
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.protocol.queue import Completion, HeldLease, Queue
+from emq_worker.protocol.queue import RENEW_CHUNK, Completion, HeldLease, Queue
 from emq_worker.protocol.replies import ClaimedJob, SettleStatus
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.server.connection import connect
@@ -190,3 +190,17 @@ async def test_a_script_that_is_not_idempotent_is_never_resent(
         await append_log(queue, held(job), "one line")  # RPUSH: a re-send would add it twice
     assert proxy.replies_lost == 1
     assert await read_log(queue, job.id) == ["one line"]
+
+
+async def test_a_pipelined_renewal_whose_reply_was_lost_is_resent_once(
+    proxied: tuple[Proxy, Redis], queue_name: str
+) -> None:
+    proxy, client = proxied
+    queue = Queue(client, Scripts(), queue_name)
+    count = RENEW_CHUNK + 10  # two renew calls in one pipeline
+    await Producer(client).enqueue_many(queue_name, [JobSpec("held")] * count)
+    jobs = (await queue.claim(count, LEASE_MS)).jobs
+    assert len(jobs) == count
+    proxy.lose_replies(script_call_of("renew"), 1)
+    assert await queue.renew([held(job) for job in jobs], LEASE_MS) == []
+    assert proxy.replies_lost == 1
