@@ -10,9 +10,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from emq_worker.observe.log import get_logger
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.server.reach import ServerUnreachableError, reach
 from tests.chaos.proxy import Proxy
 from tests.support.processes import EMQ_WORKER, REPO_ROOT, WorkerProcesses
-from tests.support.server import RedisServer
+from tests.support.server import RedisServer, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -57,3 +60,16 @@ async def test_a_worker_that_never_gets_through_gives_up_naming_the_real_cause(
     assert DROPPED in error
     assert f"Redis at {proxy.url}" in error
     assert proxy.resets >= 2, error  # it retried before giving up
+
+
+async def test_a_refused_connection_is_retried_then_named_refused() -> None:
+    port = free_port()  # nothing listens there
+    url = f"redis://127.0.0.1:{port}/0"
+    with pytest.raises(ServerUnreachableError) as raised:
+        await reach(url, DEFAULT_WIRE_VERSION, get_logger(), wait_s=0.5)
+    message = str(raised.value)
+    assert f"nothing accepts connections at 127.0.0.1:{port}" in message
+    assert "TLS" not in message
+    assert "rediss" not in message
+    attempts = int(message.rpartition("gave up after ")[2].split()[0])
+    assert attempts >= 2, message
