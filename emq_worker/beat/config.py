@@ -45,6 +45,9 @@ class WorkerSettings:
     node_id: int = DEFAULT_NODE_ID
     http: str | None = None
     """HOST:PORT for /metrics, /healthz and /readyz; None serves nothing."""
+    connect_wait_ms: int = 30_000
+    """At start, how long a dropped, refused or timed-out first connection is retried (with
+    capped, jittered backoff) before the worker exits 1 (0: one attempt)."""
 
     @property
     def policy(self) -> Policy:
@@ -64,6 +67,7 @@ class WorkerSettings:
         _at_least("beat_ms", self.beat_ms, 10)
         _at_least("renew_every_ms", self.renew_every_ms, 0)
         _at_least("grace_ms", self.grace_ms, 0)
+        _at_least("connect_wait_ms", self.connect_wait_ms, 0)
         _at_least("max_attempts", self.max_attempts, 1)
         _at_least("job_timeout_ms", self.job_timeout_ms, 1)
         _at_least("reap_batch", self.reap_batch, 1)

@@ -22,6 +22,7 @@ from emq_worker.jobs.tasks import App
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
 from emq_worker.server import failures
+from emq_worker.server.reach import reach
 
 EXIT_OK = 0
 EXIT_FATAL = 1
@@ -54,7 +55,8 @@ async def _watch_signals(worker: Worker, outcome: Outcome) -> None:
 
 
 async def serve(settings: WorkerSettings, app: App, notifier: Notifier | None = None) -> int:
-    await failures.preflight(settings.redis_url, settings.wire_version, get_logger())
+    wait_s = settings.connect_wait_ms / 1000
+    await reach(settings.redis_url, settings.wire_version, get_logger(), wait_s)
     worker = Worker(settings, app, notifier=notifier)
     outcome = Outcome()
     try:

@@ -7,7 +7,9 @@ from typing import Any
 
 import anyio
 import click
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.beat import daemon
 from emq_worker.beat.config import WorkerSettings
@@ -29,7 +31,8 @@ from emq_worker.protocol.ids import DEFAULT_NODE_ID
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.retry import format_backoff, parse_backoff
 from emq_worker.server.connection import redacted
-from emq_worker.server.failures import describe, exit_code_for, fatal, tls_hint
+from emq_worker.server.failures import describe, exit_code_for, fatal
+from emq_worker.server.reach import ServerUnreachableError, explain
 
 DEFAULTS = WorkerSettings(queues=("default",))
 
@@ -193,6 +196,15 @@ def main() -> None:
     metavar="HOST:PORT",
     help="Serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9464 (default: off).",
 )
+@click.option(
+    "--connect-wait-ms",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_CONNECT_WAIT_MS",
+    default=DEFAULTS.connect_wait_ms,
+    show_default=True,
+    help="At start, retry a dropped, refused or timed-out connection this long before exiting 1.",
+)
 def run(
     queues: tuple[str, ...],
     app_path: str,
@@ -213,6 +225,7 @@ def run(
     burst: bool,
     handoff: bool,
     http: str | None,
+    connect_wait_ms: int,
 ) -> None:
     """Run the worker daemon on one or more queues."""
     try:
@@ -232,6 +245,7 @@ def run(
             burst=burst,
             handoff=handoff,
             http=http or None,
+            connect_wait_ms=connect_wait_ms,
         )
         app = load_app(app_path, app_dir)
     except EmqError as exc:
@@ -252,7 +266,7 @@ def _failure(exc: Exception, redis_url: str) -> str:
     if isinstance(exc, EmqError):
         cause = exc.__cause__
         return f"{exc}; {describe(cause)}" if cause is not None and fatal(cause) else str(exc)
-    return f"Redis at {redacted(redis_url)}: {describe(exc)}{tls_hint(exc, redis_url)}"
+    return f"Redis at {redacted(redis_url)}: {describe(exc)}"
 
 
 @main.command()
@@ -329,6 +343,14 @@ def enqueue(
         raise click.BadParameter(str(exc), param_hint="--queue") from exc
 
     async def send() -> str:
+        try:
+            return await enqueue_one()
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            if fatal(exc):
+                raise
+            raise ServerUnreachableError(await explain(redis_url, exc)) from exc
+
+    async def enqueue_one() -> str:
         async with Producer.from_url(
             redis_url, node_id=node_id, wire_version=wire_version
         ) as producer:

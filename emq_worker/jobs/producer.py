@@ -225,7 +225,6 @@ class Producer:
                     retry.append(i)
             if not retry:
                 return [result for result in results if result is not None]
-            todo = retry
         raise ConfigError(
             f"minted job ids kept colliding; is another producer using node_id "
             f"{self.minter.node_id}?"

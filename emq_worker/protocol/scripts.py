@@ -5,7 +5,8 @@ source of the keys a call passes: `Scripts.keys` fills a queue's prefix (and a j
 names, in the header's order, so a wrapper cannot pass too few keys or two in the wrong order. On
 NOSCRIPT (server restart, failover, SCRIPT FLUSH) the script is loaded again and the call retried
 once. Error replies whose text starts with an EchoMQ class word become typed exceptions here, in
-exactly one place.
+exactly one place. The RESENDABLE verbs are re-sent once on a fresh connection when theirs is lost
+(server/resend.py); the others never are.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from emq_worker.errors import (
     StateError,
 )
 from emq_worker.server.cluster import ClusterUnavailableError, is_moving
+from emq_worker.server.resend import resend_once
 
 _INCLUDE = re.compile(r"^--- @include (\w+)\s*$", re.MULTILINE)
 _KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\] = (\S+)", re.MULTILINE)
@@ -56,6 +58,15 @@ VERBS: Final = (
     "repeat_due",
 )
 """Every verb with a script, `lua/<verb>.lua`; each is built and loaded at start-up."""
+
+RESENDABLE: Final = frozenset({"renew", "claim", "settle", "enqueue", "reap", "promote"})
+"""The verbs re-sent once on a fresh connection when theirs is lost, also after the server may
+have run the first sending (its reply lost): a second delivery is harmless by construction.
+renew sets the same deadline-from-now for the same token and nonce; claim replies the jobs its
+nonce's memo lists; settle finds its receipt and replies 'settled'; enqueue finds the rows its ids
+already wrote (a duplicate, never a second row); reap and promote move only what is due by the
+server clock, as the next beat would. The others (release, withdraw, remove, reprocess, progress,
+joblog, repeat, repeat_due) are sent once: see docs/protocol.md, section 6."""
 
 ArgValue = str | bytes | int
 
@@ -148,7 +159,8 @@ class Scripts:
 
     async def _load(self, client: Redis, script: LuaScript) -> None:
         try:
-            sha = await client.script_load(script.source)
+            with resend_once():  # SCRIPT LOAD of the same text is idempotent
+                sha = await client.script_load(script.source)
         except ResponseError as exc:
             raise ScriptError(f"the server rejected lua/{script.name}.lua: {exc}") from exc
         if isinstance(sha, bytes):
@@ -175,11 +187,12 @@ class Scripts:
         if len(keys) != script.key_count:
             raise ScriptError(f"{name} takes {script.key_count} keys; got {len(keys)}")
         try:
-            try:
-                return await client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                await self._load(client, script)
-                return await client.evalsha(script.sha, len(keys), *keys, *args)
+            with resend_once(name in RESENDABLE):
+                try:
+                    return await client.evalsha(script.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    await self._load(client, script)
+                    return await client.evalsha(script.sha, len(keys), *keys, *args)
         except ResponseError as exc:
             raise typed_error(exc) from exc
 
@@ -198,7 +211,8 @@ class Scripts:
                     # Not pipe.evalsha: redis-py's cluster pipeline blocks that method, though it
                     # routes EVALSHA by its keys like any keyed command.
                     pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
+                with resend_once(name in RESENDABLE):
+                    replies: list[Any] = await pipe.execute(raise_on_error=False)
             if not any(isinstance(reply, NoScriptError) for reply in replies):
                 break
             await self._load(client, script)

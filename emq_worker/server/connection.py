@@ -23,6 +23,7 @@ from emq_worker.errors import ConfigError, VersionFenceError
 from emq_worker.server.cluster import connect_cluster
 from emq_worker.server.cluster_url import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
 from emq_worker.server.fence import VERSION_KEY
+from emq_worker.server.resend import ResendOnce
 
 SCHEMES = ("redis", "rediss", "unix")
 POOL_WAIT_S = 20.0
@@ -118,7 +119,9 @@ def connect(
     Bytes in, bytes out (payloads are opaque). `socket_timeout_s` must exceed the longest
     blocking command the caller sends (the supervisor's park). The pool blocks when all
     `max_connections` are busy instead of failing, so a burst of concurrent settles waits its
-    turn rather than erroring.
+    turn rather than erroring. A connection the server dropped while idle is replaced before
+    use; a command whose connection is lost in flight is re-sent once only inside
+    `server.resend.resend_once()` (the idempotent verbs).
 
     A `redis+cluster://` URL gets a cluster client instead (server.cluster), fenced once per
     discovery of the cluster rather than per connection.
@@ -140,18 +143,32 @@ def connect(
         await check_version(conn, wire_version)
         await restarts.check(conn)
 
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=POOL_WAIT_S,
-        decode_responses=False,
-        socket_timeout=socket_timeout_s,
-        socket_connect_timeout=5.0,
-        redis_connect_func=fenced_on_connect,
-        **options,
-    )
+    settings: dict[str, Any] = {
+        "max_connections": max_connections,
+        "timeout": POOL_WAIT_S,
+        "decode_responses": False,
+        "socket_timeout": socket_timeout_s,
+        "socket_connect_timeout": 5.0,
+        "redis_connect_func": fenced_on_connect,
+        "retry": ResendOnce(),
+        **_without_maintenance_notices(),
+    }
+    pool = BlockingConnectionPool.from_url(url, **(settings | options))
     pool.connection_class = _packed_by_hiredis(pool.connection_class)
     return Redis.from_pool(pool)
+
+
+def _without_maintenance_notices() -> dict[str, Any]:
+    """redis-py >= 7 turns maintenance notices (a Redis Enterprise feature) on by default over
+    RESP3, and while they are on its pool skips the check that a connection it hands out was
+    not closed by the server while idle: the next command is written to a dead socket and fails
+    ("Connection closed by server"). Off, a dropped idle connection is replaced before anything
+    is sent on it, as redis-py 5 always did."""
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # redis-py < 7: no such notices, and the check always runs
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 
 class _HiredisPack:

@@ -92,17 +92,6 @@ def describe(exc: BaseException) -> str:
     return f"{text} ({hint})" if hint else text
 
 
-def tls_hint(exc: BaseException, url: str) -> str:
-    """A hint for the two TLS mix-ups that otherwise read as a timeout or a closed connection."""
-    if not isinstance(exc, RedisConnectionError | RedisTimeoutError) or "SSL" in str(exc):
-        return ""
-    if url.startswith("rediss://"):
-        return " (no TLS handshake answered: is this port plaintext? use redis:// for it)"
-    if url.startswith("redis://") and ("closed" in str(exc) or "reset" in str(exc)):
-        return " (the server dropped a plaintext connection: if its port is TLS, use rediss://)"
-    return ""
-
-
 def _status_code(exc: BaseException) -> str | None:
     code = getattr(exc, "status_code", None)
     if isinstance(code, str) and code:

@@ -23,7 +23,7 @@ import anyio
 
 from emq_worker.observe import log
 from tests.chaos import recovery, resend, rows
-from tests.chaos.test_connections import KILL_CI, LOST_CI
+from tests.chaos.test_connections import HELD_CI, KILL_CI, LOST_CI
 from tests.chaos.test_enqueue_resend import RESEND_CI
 from tests.chaos.test_kill_recovery import CI_SIZE as RECOVERY_CI
 from tests.chaos.test_partitions import LATENCY_CI, LONG_CI, SHORT_CI
@@ -60,6 +60,7 @@ SPECS: dict[str, Spec] = {
         replace(RESEND_CI, library_resends=True),
         resend.ResendSize(library_resends=True),
     ),
+    "heldkill": Spec(rows.held_kills, HELD_CI, rows.HeldKillSize()),
     "shortcut": Spec(rows.short_partitions, SHORT_CI, rows.PartitionSize(rounds=5, lease_ms=3_000)),
     "longcut": Spec(rows.long_partitions, LONG_CI, rows.PartitionSize(rounds=5)),
     "latency": Spec(rows.slow_network, LATENCY_CI, rows.LatencySize()),

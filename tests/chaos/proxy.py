@@ -1,8 +1,9 @@
 """A small asyncio TCP proxy on loopback, between workers and redis-server, that injects network
 faults per direction: pass, partition (hold every byte until the heal, as TCP retransmission
 would deliver them), blackhole (drop every byte), reset (close every connection and refuse new
-ones), latency (a delay with jitter, order kept), and lost replies (forward a request that
-matches, then drop its reply and close the connection, a bounded number of times).
+ones, or reset the next N during their handshake), latency (a delay with jitter, order kept),
+and lost replies (forward a request that matches, then drop its reply and close the connection,
+a bounded number of times).
 
 It runs as tasks of the caller's event loop; `async with Proxy(port) as proxy:` listens on
 `proxy.url` and closes everything on exit.
@@ -48,6 +49,8 @@ class Proxy:
         self.lose_again = True
         self.lost_requests: set[bytes] = set()
         self.replies_lost = 0
+        self.resets_left = 0
+        self.resets = 0
         self.links: set[Link] = set()
         self._healed = asyncio.Event()
         self._healed.set()
@@ -99,6 +102,11 @@ class Proxy:
             link.close()
         return len(links)
 
+    def reset_first(self, count: int) -> None:
+        """Reset each of the next `count` connections once its client has sent its first bytes
+        (the handshake's HELLO): a drop during the handshake, not a refused connect."""
+        self.resets_left = count
+
     def latency(self, delay_s: float, jitter_s: float = 0.0) -> None:
         """Delay every chunk by delay_s +/- jitter_s (uniform), keeping order per direction."""
         self.delay_s, self.jitter_s = delay_s, jitter_s
@@ -119,6 +127,13 @@ class Proxy:
             writer.transport.abort()
             return
         await self._healed.wait()  # a connect during a partition hangs like a lost SYN
+        if self.resets_left > 0:
+            self.resets_left -= 1
+            with contextlib.suppress(ConnectionError, OSError):
+                await reader.read(READ_SIZE)
+            self.resets += 1
+            writer.transport.abort()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:

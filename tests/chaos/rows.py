@@ -466,6 +466,51 @@ async def _kill_clients(killer: Redis, *, scripts_only: bool) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldKillSize:
+    jobs: int = 240
+    kill_every_ms: int = 500
+    max_kills: int = 400
+    workers: int = 3
+    concurrency: int = 4
+    lease_ms: int = 1_000
+    beat_ms: int = 200
+    job_ms: int = 3_500
+    """Longer than 3 leases: each lease must be renewed about ten times under the kills."""
+
+
+async def held_kills(directory: Path, size: HeldKillSize) -> RowResult:
+    """Workers hold long jobs while `CLIENT KILL TYPE normal` drops every connection each
+    `kill_every_ms`: a dropped idle connection must cost no renewal tick, so no lease is
+    self-fenced and no job runs twice while the server is up."""
+    began = time.monotonic()
+    queue = "chaos.heldkill"
+    async with stage(directory) as (server, client, processes):
+        fleet = Fleet.sized(processes, queue, server.url, size, max_attempts=20)
+        ids = await enqueue(client, queue, size.jobs, "work", ms=size.job_ms)
+        await fleet.start(size.workers)
+        killer = Redis(port=server.port)
+        killed = 0
+        try:
+            for _ in range(size.max_kills):
+                if await unfinished(client, queue) == 0:
+                    break
+                await anyio.sleep(size.kill_every_ms / 1000)  # the fault's cadence
+                fleet.faults.append(Fault("client kill", time.monotonic()))
+                killed += await _kill_clients(killer, scripts_only=False)
+        finally:
+            await killer.aclose()
+        await wait_drained(client, queue, within_s=60)
+        await stop_gracefully(fleet)
+        verdict = await judge(client, fleet, ids)
+        facts = {"connections_killed": killed, "rounds": len(fleet.faults), **rejections(fleet)}
+        facts["renew_failed"] = len(fleet.events("renew_failed"))
+        facts["beat_failed"] = len(fleet.events("beat_failed"))
+    return RowResult(
+        "held jobs, connections killed", verdict, _sizes(size), time.monotonic() - began, facts
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class LostReplySize:
     jobs: int = 8_000
     replies_to_lose: int = 200
