@@ -619,12 +619,14 @@ async def long_partitions(directory: Path, size: PartitionSize) -> RowResult:
             )
             ids += batch
             await wait_started(cut.processes, batch)
-            rescuer = (await other.start(1))[0]  # started now, so the cut worker holds all
             holder = cut.processes.started[0]
             cut.faults.append(Fault("partition", time.monotonic(), holder.pid))
             cut_offs.append(time.time())
             proxy.partition()
-            await anyio.sleep(3 * size.lease_ms / 1000)  # the fault itself: 3 leases
+            # The rescuer starts once the cut holds every job: started before the cut, its start
+            # (a second or more on a loaded machine) let the short jobs finish before the cut.
+            rescuer = (await other.start(1))[0]
+            await anyio.sleep(max(0.0, 3 * size.lease_ms / 1000 - (time.time() - cut_offs[-1])))
             proxy.heal()
             await wait_drained(client, cut.queue, within_s=60)
             rescuer.send(signal.SIGTERM)
