@@ -276,8 +276,10 @@ class Queue:
         return promote_result(reply)
 
     async def remove(self, job_id: JobId, dedup_id: str = "", *, only_dead: bool = False) -> bool:
-        """Delete an unheld job; False when it was gone. Raises LockedError while it is held,
-        and with `only_dead`, StateError unless it is in dead (checked in the same script)."""
+        """Delete an unheld job; False when it was gone. True also when only set members were
+        left of it (its row gone: EchoMQ's late complete of a job we dead-lettered), which are
+        removed. Raises LockedError while it is held, and with `only_dead`, StateError unless it
+        is in dead (checked in the same script)."""
         k = self.keys
         reply = await self.scripts.call(
             self.client,
@@ -285,10 +287,12 @@ class Queue:
             self.script_keys("remove"),
             [k.prefix, job_id, dedup_id, "dead" if only_dead else ""],
         )
-        return int(reply) == 1
+        return int(reply) >= 0
 
     async def reprocess(self, job_id: JobId) -> bool:
-        """Return a dead job to pending with a fresh retry budget; False when it was gone."""
+        """Return a dead job to pending with a fresh retry budget; False when it was gone (a dead
+        member left without its row is removed). Raises StateError unless it is dead, and
+        LockedError while a lock still holds it."""
         k = self.keys
         reply = await self.scripts.call(
             self.client, "reprocess", self.script_keys("reprocess"), [k.prefix, job_id]

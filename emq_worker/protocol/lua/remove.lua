@@ -11,15 +11,28 @@
 --           while it still names this job)
 -- ARGV[4] = "dead" to remove the job only while it is in dead (purging the morgue), or ""
 --
--- Reply: 1 removed, -1 gone (no row). Removes the row and its logs and receipt subkeys.
--- Errors: EMQLOCK when the lock subkey or the row's lock field exists (a worker holds the job);
---         EMQSTATE when ARGV[4] is "dead" and the job is not in dead (nothing changed).
+-- Reply: 1 removed (the row and its lock, logs and receipt subkeys); 0 the row was gone but
+--        the id was still a member of a set (EchoMQ's late complete of a job we dead-lettered
+--        deletes only the row): those members and subkeys are removed; -1 gone (nothing at all).
+-- Errors: EMQLOCK when a lock still holds the job (includes/holds.lua: a live :lock subkey, or
+--         the row's `lock` field while it can be live); EMQSTATE when ARGV[4] is "dead" and the
+--         job is not in dead (nothing changed in either case).
+--- @include holds
 local p, id, did = ARGV[1], ARGV[2], ARGV[3]
 local row = p .. 'job:' .. id
 if redis.call('EXISTS', row) == 0 then
-  return -1
+  local members = 0
+  for i = 1, 4 do
+    members = members + redis.call('ZREM', KEYS[i], id)
+  end
+  redis.call('SREM', KEYS[5], id)
+  if members == 0 then
+    return -1
+  end
+  redis.call('DEL', row .. ':lock', row .. ':logs', row .. ':receipt')
+  return 0
 end
-if redis.call('EXISTS', row .. ':lock') == 1 or redis.call('HEXISTS', row, 'lock') == 1 then
+if lock_hold(row, redis.call('HGET', row, 'state')) then
   return redis.error_reply('EMQLOCK job is locked: ' .. id)
 end
 if ARGV[4] == 'dead' and not redis.call('ZSCORE', KEYS[4], id) then
@@ -35,5 +48,5 @@ if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
   redis.call('DEL', p .. 'de:' .. did)
 end
 redis.call('SREM', KEYS[5], id)
-redis.call('DEL', row, row .. ':logs', row .. ':receipt')
+redis.call('DEL', row, row .. ':lock', row .. ':logs', row .. ':receipt')
 return 1
