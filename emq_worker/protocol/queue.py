@@ -299,6 +299,31 @@ class Queue:
         )
         return int(reply) == 1
 
+    async def drain(self, *, scheduled: bool, batch: int) -> tuple[int, bool]:
+        """Delete up to `batch` jobs waiting in pending (then schedule, with `scheduled`), with
+        their keys; returns (jobs deleted, more to do)."""
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client,
+            "drain",
+            self.script_keys("drain"),
+            [k.prefix, "1" if scheduled else "", batch],
+        )
+        return int(reply[0]), int(reply[1]) == 1
+
+    async def obliterate(self, *, force: bool, budget: int) -> tuple[int, bool]:
+        """Delete up to `budget` jobs of a paused queue, then (when none are left) its keys;
+        returns (jobs deleted, more to do). Raises StateError unless paused, and while jobs are
+        active unless `force`."""
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client,
+            "obliterate",
+            self.script_keys("obliterate"),
+            [k.prefix, "force" if force else "", budget],
+        )
+        return int(reply[1]), int(reply[0]) == 1
+
     async def pause(self) -> None:
         await self.client.hset(self.keys.meta, "paused", "1")
 
