@@ -72,7 +72,7 @@ async def test_claim_and_settle_publish_each_transition_in_one_shape(
         assert before <= event.at_ms <= after
     assert events[2].data["outcome"] == "pending"
     assert events[2].data["error"] == "boom"
-    assert set(events[3].data) == {"event", "queue", "job_id", "attempts", "at_ms"}
+    assert set(events[3].data) == {"event", "queue", "job_id", "job", "attempts", "at_ms"}
 
 
 async def test_dead_reaped_and_fenced_events(

@@ -74,6 +74,7 @@ async def test_progress_writes_the_row_and_publishes_the_event(
         "event": "progress",
         "queue": conf.queue.name,
         "job_id": job_id,
+        "job": job_id,  # EchoMQ's name for it
         "attempts": 1,
         "progress": {"done": 3, "of": 10},
     }

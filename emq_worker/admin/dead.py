@@ -63,6 +63,8 @@ async def _retry_one(queue: Queue, job_id: JobId, result: BulkResult) -> None:
             result.done += 1
         else:
             result.skipped.append((job_id, "absent"))
+    except LockedError:
+        result.skipped.append((job_id, "held by a worker (EMQLOCK)"))
     except StateError:
         result.skipped.append((job_id, f"not dead ({await queue.state_of(job_id)})"))
 

@@ -27,6 +27,7 @@ from emq_worker.cli.operator import (
     run_admin,
 )
 from emq_worker.cli.options import redis_url_option, wire_version_option
+from emq_worker.cli.queue_ops import drain, obliterate
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.scripts import Scripts
 
@@ -187,4 +188,6 @@ COMMANDS: tuple[click.Command, ...] = (
     remove,
     cancel,
     workers,
+    drain,
+    obliterate,
 )

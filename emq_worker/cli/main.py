@@ -25,7 +25,7 @@ from emq_worker.cli.options import (
 )
 from emq_worker.errors import EmqError
 from emq_worker.jobs.producer import Producer
-from emq_worker.jobs.tasks import load_app
+from emq_worker.jobs.tasks import load_app, with_raw_tasks
 from emq_worker.observe import log
 from emq_worker.protocol.ids import DEFAULT_NODE_ID
 from emq_worker.protocol.keys import validate_queue_name
@@ -70,6 +70,16 @@ def main() -> None:
     show_default=True,
     type=click.Path(exists=True, file_okay=False),
     help="Directory put first on sys.path before --app is imported.",
+)
+@click.option(
+    "--raw-task",
+    "raw_tasks",
+    multiple=True,
+    show_envvar=True,
+    envvar="EMQ_RAW_TASKS",
+    metavar="QUEUE=MODULE:FUNCTION",
+    help="Run every job of QUEUE with this handler fn(ctx), which reads ctx.payload as raw bytes "
+    "(jobs of EchoMQ's or other clients); repeat for several queues.",
 )
 @redis_url_option
 @click.option(
@@ -209,6 +219,7 @@ def run(
     queues: tuple[str, ...],
     app_path: str,
     app_dir: str,
+    raw_tasks: tuple[str, ...],
     redis_url: str,
     concurrency: int,
     lease_ms: int,
@@ -247,7 +258,7 @@ def run(
             http=http or None,
             connect_wait_ms=connect_wait_ms,
         )
-        app = load_app(app_path, app_dir)
+        app = with_raw_tasks(load_app(app_path, app_dir), raw_tasks, settings.queues)
     except EmqError as exc:
         raise click.UsageError(str(exc)) from exc
     log.configure(log_format, log_level)

@@ -6,7 +6,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
@@ -184,18 +184,46 @@ def load_app(path: str, app_dir: str | None = None) -> App:
         directory = os.path.abspath(app_dir)
         if directory not in sys.path:
             sys.path.insert(0, directory)
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise AppImportError(f"--app must look like module.path:attribute; got {path!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise AppImportError(
-            f"cannot import module {module_name!r} for --app {path!r}: {exc}"
-        ) from exc
-    app = getattr(module, attr, None)
+    app = _import(path, "--app")
     if not isinstance(app, App):
         raise AppImportError(
             f"--app {path!r} must name an emq_worker.App; got {type(app).__name__}"
         )
     return app
+
+
+def _import(path: str, flag: str) -> Any:
+    """The attribute `module:attr` names (None when the module lacks it)."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise AppImportError(f"{flag} must look like module.path:attribute; got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppImportError(
+            f"cannot import module {module_name!r} for {flag} {path!r}: {exc}"
+        ) from exc
+    return getattr(module, attr, None)
+
+
+def with_raw_tasks(app: App, specs: Sequence[str], served: Sequence[str]) -> App:
+    """A copy of `app` with each `QUEUE=module:function` of `specs` (`--raw-task`) bound as
+    that queue's raw handler, as `App.raw_handler` binds it: the handler reads `ctx.payload` as
+    raw bytes (for jobs other EchoMQ clients enqueue). The app's own binding for a queue, or a
+    queue the worker does not serve (`served`), is refused with a ConfigError naming it."""
+    bound = App(tasks=dict(app.tasks), raw=dict(app.raw))
+    for spec in specs:
+        queue, sep, path = spec.partition("=")
+        if not sep or not queue or not path:
+            raise ConfigError(f"--raw-task must look like QUEUE=module.path:function; got {spec!r}")
+        if queue not in served:
+            raise ConfigError(f"--raw-task {spec!r}: queue {queue!r} is not served (--queue)")
+        if queue in bound.raw:
+            raise ConfigError(f"--raw-task {spec!r}: queue {queue!r} already has a raw handler")
+        handler = _import(path, "--raw-task")
+        if not callable(handler):
+            raise ConfigError(
+                f"--raw-task {spec!r} must name a function fn(ctx); got {type(handler).__name__}"
+            )
+        bound.raw_handler(queue)(handler)
+    return bound

@@ -311,10 +311,11 @@ class Queue:
         return promote_result(reply)
 
     async def remove(self, job_id: JobId, dedup_id: str = "", *, only_dead: bool = False) -> bool:
-        """Delete an unheld job, or forget one that completed within the completion window (its
-        tombstone: the id may be enqueued again); False when there was neither. Raises
-        LockedError while it is held, and with `only_dead`, StateError unless it is in dead
-        (checked in the same script)."""
+        """Delete an unheld job; False when it was gone. True also when only set members were
+        left of it (its row gone: EchoMQ's late complete of a job we dead-lettered), which are
+        removed, and when it completed within the completion window (its tombstones are
+        forgotten: the id may be enqueued again). Raises LockedError while it is held, and with
+        `only_dead`, StateError unless it is in dead (checked in the same script)."""
         k = self.keys
         reply = await self.scripts.call(
             self.client,
@@ -322,15 +323,42 @@ class Queue:
             self.script_keys("remove"),
             [k.prefix, job_id, dedup_id, "dead" if only_dead else ""],
         )
-        return int(reply) >= 0  # 1 removed, 0 a completed job's tombstone forgotten
+        return int(reply) >= 0  # 1 removed; 0 members left without a row, or tombstones
 
     async def reprocess(self, job_id: JobId) -> bool:
-        """Return a dead job to pending with a fresh retry budget; False when it was gone."""
+        """Return a dead job to pending with a fresh retry budget; False when it was gone (a dead
+        member left without its row is removed). Raises StateError unless it is dead, and
+        LockedError while a lock still holds it."""
         k = self.keys
         reply = await self.scripts.call(
             self.client, "reprocess", self.script_keys("reprocess"), [k.prefix, job_id]
         )
         return int(reply) == 1
+
+    async def drain(self, *, scheduled: bool, batch: int) -> tuple[int, bool]:
+        """Delete up to `batch` jobs waiting in pending (then schedule, with `scheduled`), with
+        their keys; returns (jobs deleted, more to do)."""
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client,
+            "drain",
+            self.script_keys("drain"),
+            [k.prefix, "1" if scheduled else "", batch],
+        )
+        return int(reply[0]), int(reply[1]) == 1
+
+    async def obliterate(self, *, force: bool, budget: int) -> tuple[int, bool]:
+        """Delete up to `budget` jobs of a paused queue, then (when none are left) its keys;
+        returns (jobs deleted, more to do). Raises StateError unless paused, and while jobs are
+        active unless `force`."""
+        k = self.keys
+        reply = await self.scripts.call(
+            self.client,
+            "obliterate",
+            self.script_keys("obliterate"),
+            [k.prefix, "force" if force else "", budget],
+        )
+        return int(reply[1]), int(reply[0]) == 1
 
     async def pause(self) -> None:
         await self.client.hset(self.keys.meta, "paused", "1")

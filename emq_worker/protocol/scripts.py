@@ -56,6 +56,8 @@ VERBS: Final = (
     "joblog",
     "repeat",
     "repeat_due",
+    "drain",
+    "obliterate",
 )
 """Every verb with a script, `lua/<verb>.lua`; each is built and loaded at start-up."""
 

@@ -27,7 +27,8 @@ def free_port() -> int:
 
 class RedisServer:
     """`appendfsync` ("always", "everysec", "no") applies when `appendonly`; `extra` arguments go
-    last on the command line (e.g. `("--maxmemory", "10mb")`). `restart` keeps port and dir."""
+    last on the command line (e.g. `("--maxmemory", "10mb")`). `restart` keeps port and dir.
+    `binary` runs another compatible server (a valkey-server)."""
 
     def __init__(
         self,
@@ -37,7 +38,10 @@ class RedisServer:
         port: int | None = None,
         appendfsync: str = "always",
         extra: Sequence[str] = (),
+        binary: str = REDIS_SERVER,
     ) -> None:
+        self.binary = binary
+        """The server executable: redis-server, or a valkey-server (tests/interop)."""
         self.directory = directory
         self.appendonly = appendonly
         self.appendfsync = appendfsync
@@ -52,7 +56,7 @@ class RedisServer:
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         args = [
-            REDIS_SERVER,
+            self.binary,
             "--port",
             str(self.port),
             "--bind",

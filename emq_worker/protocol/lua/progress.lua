@@ -11,7 +11,7 @@
 --
 -- Reply: {status, detail}
 --   'ok', receivers      written: HSET row progress, then PUBLISH p.."events" of
---                        {"event":"progress","queue":q,"job_id":id,"attempts":n,"at_ms":now,
+--                        {"event":"progress","queue":q,"job_id":id,"job":id,"attempts":n,"at_ms":now,
 --                         "progress":<value>}; receivers = the subscribers that got it
 --   'gone', ''           the row does not exist
 --   'stale', current     another holder owns the job (its attempts, or its lock value)
@@ -25,5 +25,5 @@ if refusal then
 end
 redis.call('HSET', row, 'progress', value)
 local event = '{"event":"progress","queue":' .. cjson.encode(q) .. ',"job_id":' .. cjson.encode(id)
-  .. ',"attempts":' .. token .. ',"at_ms":' .. now_ms() .. ',"progress":' .. value .. '}'
+  .. ',"job":' .. cjson.encode(id) .. ',"attempts":' .. token .. ',"at_ms":' .. now_ms() .. ',"progress":' .. value .. '}'
 return {'ok', redis.call('PUBLISH', p .. 'events', event)}

@@ -10,11 +10,15 @@
 --   next_due_in_ms = ms from now until the earliest job still scheduled (-1 when none), so the
 --                    caller can park until exactly then instead of a whole beat
 --   more           = 1 when the batch was full
+-- A due member whose row is not scheduled (EchoMQ's delay after a reap left it in pending too,
+-- and a worker claimed it there: D8) is only ZREMed: not counted, not moved.
 --- @include now_ms
 --- @include fence
+--- @include strays
 local p, batch = ARGV[1], tonumber(ARGV[2])
 local now = now_ms()
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
+local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
+local due = in_state(p, KEYS[1], found, 'scheduled') -- strays are dropped, uncounted
 local promoted, phantoms = 0, 0
 for _, id in ipairs(due) do
   redis.call('ZREM', KEYS[1], id)
@@ -34,7 +38,7 @@ if #head > 0 then
   next_due = math.max(0, tonumber(head[2]) - now)
 end
 local more = 0
-if #due == batch then
+if #found == batch then
   more = 1
 end
 return {promoted, phantoms, next_due, more}

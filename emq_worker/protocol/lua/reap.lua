@@ -17,6 +17,8 @@
 -- ARGV[3] = max_attempts: a lease that expires at attempts - attempts_base >= max_attempts goes
 --           to dead with last_error "lease expired ..." instead of cycling forever (EchoMQ's D2)
 --
+-- A member whose row is not active (EchoMQ's renew put it back: D1) is only ZREMed: not counted,
+-- not moved, not listed.
 -- Reply: {returned, dead_lettered, phantoms, more, id1, outcome1, id2, outcome2, ...}; more = 1
 --        when the batch was full and another call may find more; outcome is 'pending' or 'dead'
 --        for each job reaped (phantoms are not listed). Each reaped job loses its lock subkey;
@@ -26,9 +28,11 @@
 --- @include now_ms
 --- @include fence
 --- @include events
+--- @include strays
 local p, batch, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
+local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
+local expired = in_state(p, KEYS[1], found, 'active') -- strays are dropped, uncounted
 local listeners = #expired > 0 and listening(p)
 local returned, dead, phantoms = 0, 0, 0
 local reaped = {}
@@ -69,7 +73,7 @@ for _, id in ipairs(expired) do
 end
 wake(KEYS[5], returned)
 local more = 0
-if #expired == batch then
+if #found == batch then
   more = 1
 end
 local reply = {returned, dead, phantoms, more}

@@ -11,27 +11,41 @@
 --           while it still names this job)
 -- ARGV[4] = "dead" to remove the job only while it is in dead (purging the morgue), or ""
 --
--- Reply: 1 removed; 0 forgotten: no row, but the job completed within the window, and its
---        completion tombstones are deleted: p.."idem:"..id, and de:<did> when ARGV[3] names a
---        key that names this job, so that id and dedup id may be enqueued again (never with
---        ARGV[4] "dead"); -1 gone (neither row nor tombstone). Removes the row, its logs and
---        receipt subkeys, and its idem:<id> key.
--- Errors: EMQLOCK when the lock subkey or the row's lock field exists (a worker holds the job);
---         EMQSTATE when ARGV[4] is "dead" and the job is not in dead (nothing changed).
+-- Reply: 1 removed (the row, its lock, logs and receipt subkeys, and its idem:<id> key);
+--        0 the row was gone, but either the id was still a member of a set (EchoMQ's late complete
+--        of a job we dead-lettered deletes only the row: those members and subkeys are removed),
+--        or the job completed within the window and its completion tombstones are deleted:
+--        p.."idem:"..id, and de:<did> when ARGV[3] names a key that names this job, so that id
+--        and dedup id may be enqueued again (never with ARGV[4] "dead"); -1 gone (nothing at all).
+-- Errors: EMQLOCK when a lock still holds the job (includes/holds.lua: a live :lock subkey, or
+--         the row's `lock` field while it can be live); EMQSTATE when ARGV[4] is "dead" and the
+--         job is not in dead (nothing changed in either case).
+--- @include holds
 local p, id, did = ARGV[1], ARGV[2], ARGV[3]
 local row, idem = p .. 'job:' .. id, p .. 'idem:' .. id
 if redis.call('EXISTS', row) == 0 then
-  if ARGV[4] == 'dead' then
-    return -1
+  local members = 0
+  for i = 1, 4 do
+    members = members + redis.call('ZREM', KEYS[i], id)
   end
-  local forgot = redis.call('GET', idem) == 'completed'
-  redis.call('DEL', idem) -- a "live" one left by a row deleted elsewhere goes too
-  if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
-    forgot = redis.call('DEL', p .. 'de:' .. did) == 1
+  redis.call('SREM', KEYS[5], id)
+  if members > 0 then
+    redis.call('DEL', row .. ':lock', row .. ':logs', row .. ':receipt')
   end
-  return forgot and 0 or -1
+  local forgot = false
+  if ARGV[4] ~= 'dead' then
+    forgot = redis.call('GET', idem) == 'completed'
+    redis.call('DEL', idem) -- a "live" one left by a row deleted elsewhere goes too
+    if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
+      forgot = redis.call('DEL', p .. 'de:' .. did) == 1 or forgot
+    end
+  end
+  if members > 0 or forgot then
+    return 0
+  end
+  return -1
 end
-if redis.call('EXISTS', row .. ':lock') == 1 or redis.call('HEXISTS', row, 'lock') == 1 then
+if lock_hold(row, redis.call('HGET', row, 'state')) then
   return redis.error_reply('EMQLOCK job is locked: ' .. id)
 end
 if ARGV[4] == 'dead' and not redis.call('ZSCORE', KEYS[4], id) then
@@ -47,5 +61,5 @@ if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
   redis.call('DEL', p .. 'de:' .. did)
 end
 redis.call('SREM', KEYS[5], id)
-redis.call('DEL', row, row .. ':logs', row .. ':receipt', idem)
+redis.call('DEL', row, row .. ':lock', row .. ':logs', row .. ':receipt', idem)
 return 1
