@@ -78,7 +78,11 @@ def _executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+def is_embedded(path: str) -> bool:
+    return path == embedded_binary()
+
+
 def label(path: str) -> str:
     """The binary's name, marked when it is the embedded one: `valkey-server (embedded)`."""
     name = os.path.basename(path)
-    return f"{name} (embedded)" if path == embedded_binary() else name
+    return f"{name} (embedded)" if is_embedded(path) else name
