@@ -38,7 +38,10 @@ def _plan(
     watch = tuple(devloop.app_paths(app, app_dir)) if reload else ()
     missing = missing_extra()
     if missing is not None:
-        click.echo(f"emq-worker dev: no dashboard ({missing} is missing: {DEV_EXTRA})")
+        click.echo(
+            f"emq-worker dev: going on without the dashboard: it needs {missing} "
+            "(pip install 'emq-worker[dashboard]')"
+        )
     return devloop.DevPlan(app, app_dir, names, port, persist, watch, missing is None)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, cast
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
@@ -38,6 +38,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from emq_worker.errors import ConfigError, VersionFenceError
 from emq_worker.server.fence import VERSION_KEY
+from emq_worker.server.urls import split_url
 
 CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
 NODE_CONNECTIONS = 64
@@ -67,13 +68,13 @@ class ClusterAddress:
 
 
 def is_cluster_url(url: str) -> bool:
-    return urlsplit(url).scheme in CLUSTER_SCHEMES
+    return split_url(url).scheme in CLUSTER_SCHEMES
 
 
 def parse_cluster_url(url: str) -> ClusterAddress:
     """`redis+cluster://[user:pass@]host:port[,host:port...][?client_name=x]`; every error names
     the offending part (never the password)."""
-    parts = urlsplit(url)
+    parts = split_url(url)
     if parts.scheme not in CLUSTER_SCHEMES:
         raise ConfigError(
             f"a cluster URL starts with {' or '.join(s + '://' for s in CLUSTER_SCHEMES)}; "

@@ -7,7 +7,6 @@ command: GET `{emq}:version`; when absent, SET NX and read it back; any other va
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 import structlog
 from redis.asyncio import Redis
@@ -27,6 +26,7 @@ from emq_worker.server.cluster import (
     parse_cluster_url,
 )
 from emq_worker.server.fence import VERSION_KEY
+from emq_worker.server.urls import split_url
 
 SCHEMES = ("redis", "rediss", "unix")
 POOL_WAIT_S = 20.0
@@ -39,7 +39,7 @@ DEFAULT_URL = "redis://localhost:6379/0"
 
 def redacted(url: str) -> str:
     """The URL with any password replaced by `***`, for messages and logs."""
-    parts = urlsplit(url)
+    parts = split_url(url)
     if parts.password is None:
         return url
     user = parts.username or ""
@@ -48,7 +48,7 @@ def redacted(url: str) -> str:
 
 
 def validate_url(url: str) -> str:
-    scheme = urlsplit(url).scheme
+    scheme = split_url(url).scheme
     if scheme in CLUSTER_SCHEMES:
         parse_cluster_url(url)
         return url
