@@ -80,11 +80,17 @@ class Dev:
 
 @pytest.fixture
 def dev_env(tmp_path: Path) -> dict[str, str]:
-    """No server on PATH (the embedded Valkey must serve), and a TMPDIR of our own to check."""
+    """No server on PATH (the embedded Valkey must serve), and a TMPDIR of our own to check. No
+    bytecode cache: an edit of the same size within the same second would look unchanged to it."""
     bare, work = tmp_path / "bare-path", tmp_path / "tmp"
     bare.mkdir()
     work.mkdir()
-    return {"PATH": str(bare), "TMPDIR": str(work), "HOME": str(tmp_path)}
+    return {
+        "PATH": str(bare),
+        "TMPDIR": str(work),
+        "HOME": str(tmp_path),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 Launch = Callable[..., Dev]
