@@ -128,10 +128,11 @@ def completed(url: str, queue: str) -> int:
         return int(client.hget(f"emq:{{{queue}}}:metrics:completed", "count") or 0)
 
 
-def stop(dev: Dev) -> None:
-    """SIGINT, as Ctrl-C sends it: dev exits 0 and everything it started is gone."""
+def stop(dev: Dev, started: int = 3) -> None:
+    """SIGINT, as Ctrl-C sends it: dev exits 0 and everything it started (server, worker,
+    dashboard) is gone."""
     children = dev.children()
-    assert len(children) == 3, f"server, worker, dashboard: {children}"
+    assert len(children) == started, f"server, worker, dashboard: {children}"
     dev.process.send_signal(signal.SIGINT)
     assert dev.process.wait(timeout=60) == 0, dev.stdout() + dev.stderr()
     assert [pid for pid in children if pid_alive(pid)] == []
@@ -186,6 +187,25 @@ def test_dev_reload_restarts_the_worker_with_the_edited_app(
     eventually_sync(lambda: completed(url, queue) == 2, timeout=30, what="v2 to run")
     assert mark.read_text() == "v2"
     stop(dev)
+
+
+@pytest.mark.slow
+def test_dev_goes_on_without_the_dashboard_when_its_extra_is_missing(
+    start_dev: Launch, dev_env: dict[str, str], tmp_path: Path
+) -> None:
+    blocked = tmp_path / "blocked" / "starlette"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('not installed, for this test')\n")
+    dev_env["PYTHONPATH"] = str(blocked.parent)
+    dev = start_dev("--app", "emq_worker.examples.orders:app", "-q", "orders")
+    url = dev.line(r"export EMQ_REDIS_URL=(\S+)")
+    dev.line(r"(Ctrl-C stops everything)")
+    assert "going on without the dashboard: it needs starlette" in dev.stdout()
+    assert "pip install 'emq-worker[dashboard]'" in dev.stdout()
+    assert "http://" not in dev.stdout()
+    enqueue(url, "orders", "charge", '{"order_id": "A2", "amount": 5}')
+    eventually_sync(lambda: completed(url, "orders") == 1, timeout=30, what="the charge to run")
+    stop(dev, started=2)
 
 
 def test_dev_without_a_server_names_the_pip_line(
