@@ -110,9 +110,24 @@ def start_dev(tmp_path: Path, dev_env: dict[str, str]) -> Iterator[Launch]:
 
     yield launch
     for dev in started:
-        if dev.process.poll() is None:
-            dev.process.kill()
-            dev.process.wait(timeout=10)
+        _clean_up(dev)
+
+
+def _clean_up(dev: Dev) -> None:
+    """After a failed test: SIGINT (dev stops what it started), else SIGKILL dev and each child
+    (they run in sessions of their own, so nothing else would stop them)."""
+    if dev.process.poll() is not None:
+        return
+    children = dev.children()
+    dev.process.send_signal(signal.SIGINT)
+    try:
+        dev.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        dev.process.kill()
+        dev.process.wait(timeout=10)
+    for pid in children:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def enqueue(url: str, queue: str, task: str, kwargs: str) -> str:
