@@ -1,8 +1,10 @@
-"""`python -m bench [--quick] [--repeat N] [--only emq,arq,saq] [--scenarios ...] [--json PATH]`
+"""`python -m bench [--quick] [--repeat N] [--only emq,arq,saq] [--scenarios ...] [--json PATH]
+[--server redis|valkey|PATH]`
 
-Starts its own redis-server, creates the peers' virtualenvs on first use, runs every selected
-scenario for every selected system (interleaved, repetition by repetition), prints a Markdown
-table of medians with emq-worker/peer ratios, and writes the raw numbers to a JSON file.
+Starts its own server (redis-server on PATH, else the embedded Valkey; or the --server one),
+creates the peers' virtualenvs on first use, runs every selected scenario for every selected
+system (interleaved, repetition by repetition), prints a Markdown table of medians with
+emq-worker/peer ratios, and writes the raw numbers to a JSON file.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from bench.pinning import pin_self, plan_cores
 from bench.plan import FULL, QUICK, SCENARIOS, Plan
 from bench.procs import REPO, BenchError
 from bench.report import Results, rows, table, write_json
-from bench.server import BenchRedis
+from bench.server import BenchRedis, server_binary
+from emq_worker.server.binary import ServerBinaryError
 
 Measure = Callable[[Harness, System], None]
 EMQ_ONLY = ("renewal", "recovery")
@@ -71,6 +74,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "(as `emq-worker run` does), installing it into the peer venvs too",
     )
     parser.add_argument("--refresh-peers", action="store_true", help="rebuild the peer venvs")
+    parser.add_argument(
+        "--server",
+        default=None,
+        metavar="redis|valkey|PATH",
+        help="the server binary (default: redis-server on PATH, else the embedded Valkey)",
+    )
     args = parser.parse_args(argv)
     for name in args.only.split(","):
         if name not in SYSTEMS:
@@ -99,6 +108,7 @@ def machine(redis: BenchRedis, nproc: int) -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "redis_version": redis.version(),
+        "server": redis.server(),
         "commit": commit,
     }
 
@@ -159,14 +169,15 @@ def main(argv: list[str] | None = None) -> int:
     pin_self(cores.driver)
     started = time.monotonic()
     try:
+        binary = server_binary(args.server)
         prepared = prepare(systems, uvloop, args.refresh_peers)
-    except BenchError as exc:
+    except (BenchError, ServerBinaryError) as exc:
         print(f"python -m bench: {exc}", file=sys.stderr)
         return 2
     results = Results()
     with (
         tempfile.TemporaryDirectory(prefix="emq-bench-") as tmp,
-        BenchRedis(Path(tmp) / "redis", cores.redis) as redis,
+        BenchRedis(Path(tmp) / "redis", cores.redis, binary) as redis,
     ):
         logs = Path(tmp) / "logs"
         logs.mkdir()
@@ -223,7 +234,7 @@ def _preamble(
         for name, v in found.items()
     )
     return (
-        f"\n{info['nproc']} cores ({info['cpu_model']}), Redis {info['redis_version']}, "
+        f"\n{info['nproc']} cores ({info['cpu_model']}), {info['server']}, "
         f"Python {info['python']}, {'uvloop' if uvloop else 'asyncio event loop'} everywhere; "
         f"{'Redis + driver on core 0, worker on core 1' if pinned else 'no CPU pinning'}; "
         f"median of {plan.repeat}; drains of {plan.drain_n} jobs; {peers}; "

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import anyio
 
+from bench.server import server_binary
 from emq_worker.jobs.producer import JobSpec, Producer
 from emq_worker.protocol.keys import QueueKeys, hash_slot
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.server.binary import label
 from emq_worker.server.connection import connect
 from tests.support.cluster import ClusterOfServers
 from tests.support.server import RedisServer
@@ -128,25 +130,35 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--task", choices=("noop", "sleep1ms"), default="noop")
     parser.add_argument("--concurrency", type=int, default=100, help="per worker process")
     parser.add_argument("--primaries", default="1,2,3", help="cluster sizes to run")
+    parser.add_argument(
+        "--server",
+        default=None,
+        metavar="redis|valkey|PATH",
+        help="the server binary (default: redis-server on PATH, else the embedded Valkey)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    binary = server_binary(args.server)
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="emq-bench-cluster-") as tmp:
         base = Path(tmp)
-        with RedisServer(base / "single") as single:
+        with RedisServer(base / "single", binary=binary) as single:
             logs = base / "single-logs"
             logs.mkdir()
-            runs.append(measure("single redis-server", single.url, ["bench.0"], args, logs))
+            runs.append(measure(f"single {label(binary)}", single.url, ["bench.0"], args, logs))
         for primaries in (int(p) for p in args.primaries.split(",")):
-            with ClusterOfServers(base / f"c{primaries}", primaries=primaries) as cluster:
+            cluster_of = ClusterOfServers(
+                base / f"c{primaries}", primaries=primaries, binary=binary
+            )
+            with cluster_of as cluster:
                 logs = base / f"c{primaries}-logs"
                 logs.mkdir()
                 queues = one_queue_per_primary(cluster)
-                label = f"cluster, {primaries} primar{'y' if primaries == 1 else 'ies'}"
-                runs.append(measure(label, cluster.url, queues, args, logs))
+                setup = f"cluster, {primaries} primar{'y' if primaries == 1 else 'ies'}"
+                runs.append(measure(setup, cluster.url, queues, args, logs))
             print(f"{runs[-1].label}: {runs[-1].rate:,.0f} jobs/s", file=sys.stderr)
     print(
         f"{args.task} jobs, {args.jobs} per run, concurrency {args.concurrency} per worker, "

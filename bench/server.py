@@ -1,4 +1,7 @@
-"""The bench's own redis-server (free port, temp dir, no persistence) and what it reports.
+"""The bench's own server (free port, temp dir, no persistence) and what it reports.
+
+`--server redis|valkey|PATH` picks the binary (`server_binary`); without it, redis-server on
+PATH, else the embedded Valkey of the `embedded` extra, as the tests choose theirs.
 
 `Snapshot` reads `INFO all` once: CPU seconds, socket reads (`total_reads_processed`, one per
 batch of commands a client sent in one go: a round trip), and per-command call counts and
@@ -18,11 +21,18 @@ from typing import Any
 import redis
 
 from bench.pinning import pinned
+from emq_worker.server.binary import find_server, label
 
-REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 START_DEADLINE_S = 10.0
 MAX_CLIENTS = 15_000
 """SAQ holds one connection per concurrency slot: 10 000 held jobs need 10 000 clients."""
+
+
+def server_binary(choice: str | None) -> str:
+    """The binary for `--server` (raises ServerBinaryError naming what to install)."""
+    if choice is None:
+        return shutil.which("redis-server") or find_server("valkey")
+    return find_server(choice)
 
 
 def free_port() -> int:
@@ -74,8 +84,9 @@ def delta(before: Snapshot, after: Snapshot, *, own_reads: int = 1) -> Delta:
 
 
 class BenchRedis:
-    def __init__(self, directory: Path, core: int | None) -> None:
+    def __init__(self, directory: Path, core: int | None, binary: str) -> None:
         self.directory = directory
+        self.binary = binary
         self.core = core
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -94,7 +105,7 @@ class BenchRedis:
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         args = [
-            REDIS_SERVER,
+            self.binary,
             "--port",
             str(self.port),
             "--bind",
@@ -124,9 +135,9 @@ class BenchRedis:
             except redis.exceptions.RedisError:
                 pass
             if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"redis-server on port {self.port} exited at start")
+                raise RuntimeError(f"{label(self.binary)} on port {self.port} exited at start")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server on port {self.port} did not answer PING")
+                raise RuntimeError(f"{label(self.binary)} on port {self.port} did not answer PING")
             time.sleep(0.02)
 
     def stop(self) -> None:
@@ -150,7 +161,15 @@ class BenchRedis:
         self.stop()
 
     def version(self) -> str:
+        """The Redis version the server reports (Valkey reports the one it is compatible with)."""
         return str(self.client.info("server")["redis_version"])
+
+    def server(self) -> str:
+        """`Redis 7.0.15`, `Valkey 9.1.2`, or `Valkey 9.1.2 (embedded)`."""
+        info = self.client.info("server")
+        name = "Valkey" if "valkey_version" in info else "Redis"
+        embedded = " (embedded)" if label(self.binary).endswith("(embedded)") else ""
+        return f"{name} {info.get('valkey_version', info['redis_version'])}{embedded}"
 
     def flush(self) -> None:
         """A clean keyspace between measurements (scripts stay loaded); stats counters reset."""

@@ -1,9 +1,11 @@
-"""Fixtures: one real redis-server per test session on a free port; a unique queue per test."""
+"""Fixtures: one real server per test session on a free port (tests/support/server.py says which
+binary); a unique queue per test."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -12,10 +14,19 @@ from redis.asyncio import Redis
 
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.binary import label
 from emq_worker.server.connection import connect
-from tests.support.server import RedisServer
+from tests.support.server import REDIS_SERVER, SERVER_VARIABLE, RedisServer
 
 _counter = itertools.count()
+
+
+def pytest_report_header() -> str:
+    chosen = os.environ.get(SERVER_VARIABLE) or "unset: redis-server on PATH, else embedded Valkey"
+    version = subprocess.run(
+        [REDIS_SERVER, "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return f"server: {label(REDIS_SERVER)} {REDIS_SERVER} ({SERVER_VARIABLE}={chosen}): {version}"
 
 
 @pytest.fixture(scope="session")

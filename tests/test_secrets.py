@@ -17,10 +17,12 @@ from emq_worker.errors import ConfigError
 from emq_worker.protocol import ids
 from emq_worker.server.connection import redacted
 from emq_worker.server.credentials import with_password
-from tests.support.server import REDIS_SERVER, RedisServer, free_port
+from tests.support.server import REDIS_SERVER, RedisServer, free_port, tls_refusal
 from tests.support.wait import eventually_sync
 
 PASSWORD = "s3cret-Pa55"
+NO_TLS = tls_refusal()
+needs_tls = pytest.mark.skipif(NO_TLS is not None, reason=f"TLS tests skipped: {NO_TLS}")
 
 
 def test_the_url_can_come_from_a_file(tmp_path: Path, redis_url: str, queue_name: str) -> None:
@@ -161,6 +163,7 @@ def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     return ca, cert, key
 
 
+@needs_tls
 def test_a_worker_speaks_tls_with_rediss(tmp_path: Path, queue_name: str) -> None:
     ca, cert, key = _certificates(tmp_path)
     port = free_port()
@@ -278,6 +281,7 @@ def _run_burst(url: str, queue_name: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+@needs_tls
 def test_tls_with_a_client_certificate_works_and_without_one_is_refused(
     tmp_path: Path, queue_name: str
 ) -> None:
@@ -292,6 +296,7 @@ def test_tls_with_a_client_certificate_works_and_without_one_is_refused(
         assert f"Redis at rediss://127.0.0.1:{port}/0" in output
 
 
+@needs_tls
 @pytest.mark.parametrize("failure", ["wrong-ca", "host-name", "plaintext-port", "plain-to-tls"])
 def test_a_tls_mismatch_fails_at_start_with_a_clear_message(
     tmp_path: Path, redis_server: RedisServer, queue_name: str, failure: str

@@ -22,7 +22,7 @@ from emq_worker.errors import ConfigError
 EXIT_USAGE = 2
 
 
-def _missing_extra() -> str | None:
+def missing_extra() -> str | None:
     """The first module of the `dashboard` extra that cannot be imported, if any."""
     for module in ("starlette", "uvicorn", "jinja2"):
         try:
@@ -74,7 +74,7 @@ def dashboard(
     log_level: str,
 ) -> None:
     """Serve the web dashboard: queues, lease timelines, jobs, dead letter."""
-    missing = _missing_extra()
+    missing = missing_extra()
     if missing is not None:
         click.echo(f"Error: the dashboard needs {missing}: install emq-worker[dashboard]", err=True)
         sys.exit(EXIT_USAGE)

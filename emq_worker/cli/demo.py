@@ -6,7 +6,6 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import click
 
@@ -15,6 +14,7 @@ from emq_worker.demo.server import DemoError, find_server, throwaway_server
 from emq_worker.demo.stories import STORIES, Story
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.server.binary import label
 from emq_worker.server.connection import connect
 
 
@@ -47,7 +47,7 @@ def run_demo(server: str | None, echo: Callable[[str], None]) -> int:
     started = time.monotonic()
     with throwaway_server(binary) as url:
         echo(
-            f"emq-worker demo: {Path(binary).name} on {url} (throwaway: no persistence, "
+            f"emq-worker demo: {label(binary)} on {url} (throwaway: no persistence, "
             "removed on exit)"
         )
         echo("times are ms from each story's enqueue; deadlines as the server holds them")
@@ -62,10 +62,11 @@ def run_demo(server: str | None, echo: Callable[[str], None]) -> int:
     "server",
     default=None,
     metavar="PATH",
-    help="The redis-server or valkey-server binary (default: the first on PATH).",
+    help="The server binary: a path, or `valkey` / `redis` (default: valkey-server or "
+    "redis-server on PATH, else the embedded Valkey of the `embedded` extra).",
 )
 def demo(server: str | None) -> None:
-    """Replay the lease story with real jobs on a throwaway redis-server (no setup needed)."""
+    """Replay the lease story with real jobs on a throwaway server (no setup needed)."""
     try:
         code = run_demo(server, click.echo)
     except DemoError as exc:

@@ -16,6 +16,7 @@ from emq_worker.beat.config import WorkerSettings
 from emq_worker.cli import admin, control
 from emq_worker.cli.dashboard import dashboard as dashboard_command
 from emq_worker.cli.demo import demo as demo_command
+from emq_worker.cli.dev import dev as dev_command
 from emq_worker.cli.health import health as health_command
 from emq_worker.cli.options import (
     json_object,
@@ -387,6 +388,7 @@ def enqueue(
 
 main.add_command(health_command)
 main.add_command(demo_command)
+main.add_command(dev_command)
 main.add_command(dashboard_command)  # imports Starlette only when it runs
 
 

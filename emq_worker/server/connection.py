@@ -7,7 +7,6 @@ command: GET `{emq}:version`; when absent, SET NX and read it back; any other va
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 import structlog
 from redis.asyncio import Redis
@@ -24,6 +23,7 @@ from emq_worker.server.cluster import connect_cluster
 from emq_worker.server.cluster_url import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
 from emq_worker.server.fence import VERSION_KEY
 from emq_worker.server.resend import ResendOnce
+from emq_worker.server.urls import split_url
 
 SCHEMES = ("redis", "rediss", "unix")
 POOL_WAIT_S = 20.0
@@ -36,7 +36,7 @@ DEFAULT_URL = "redis://localhost:6379/0"
 
 def redacted(url: str) -> str:
     """The URL with any password replaced by `***`, for messages and logs."""
-    parts = urlsplit(url)
+    parts = split_url(url)
     if parts.password is None:
         return url
     user = parts.username or ""
@@ -45,7 +45,7 @@ def redacted(url: str) -> str:
 
 
 def validate_url(url: str) -> str:
-    scheme = urlsplit(url).scheme
+    scheme = split_url(url).scheme
     if scheme in CLUSTER_SCHEMES:
         parse_cluster_url(url)
         return url

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from emq_worker.errors import ConfigError
+from emq_worker.server.urls import split_url
 
 PASSWORD_FILE_ENV = "EMQ_REDIS_PASSWORD_FILE"
 CREDENTIAL_NAME = "redis-password"
@@ -50,7 +51,7 @@ def read_password(path: Path) -> str:
 
 def with_password(url: str, environ: Mapping[str, str], run_secrets: Path = RUN_SECRETS) -> str:
     """`url` with the password from the first configured source, if it has none of its own."""
-    parts = urlsplit(url)
+    parts = split_url(url)
     if parts.password is not None or parts.scheme == "unix":
         return url  # a unix:// URL takes its password as a ?password= query parameter
     source = password_source(environ, run_secrets)

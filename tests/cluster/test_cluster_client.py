@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 import pytest
@@ -31,7 +32,8 @@ from emq_worker.protocol.replies import ClaimedJob, LostLease, SettleStatus
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.server.cluster import ClusterUnavailableError, FencedCluster, is_moving
 from emq_worker.server.cluster_url import parse_cluster_url
-from emq_worker.server.connection import connect
+from emq_worker.server.connection import connect, redacted, validate_url
+from emq_worker.server.credentials import PASSWORD_FILE_ENV, with_password
 from tests.cluster.conftest import spread_queues
 from tests.support.cluster import ClusterOfServers
 from tests.support.wait import eventually
@@ -61,6 +63,18 @@ def test_a_cluster_url_names_every_seed_and_keeps_the_password_out_of_errors() -
     with pytest.raises(ConfigError) as refused:
         parse_cluster_url("redis+cluster://app:s3cret@a:7000,b")
     assert "s3cret" not in str(refused.value)
+
+
+def test_an_ipv6_seed_after_another_passes_every_url_helper(tmp_path: Path) -> None:
+    """urllib's urlsplit refuses `a:7000,[::1]:7001` ("Invalid IPv6 URL") on Debian's Python
+    3.11.2: validating, redacting and adding a password must not use it."""
+    url = "rediss+cluster://app:s3cret@a:7000,[::1]:7001"
+    assert validate_url(url) == url
+    assert redacted(url) == "rediss+cluster://app:***@a:7000,[::1]:7001"
+    secret = tmp_path / "password"
+    secret.write_text("s3cret\n")
+    bare = "rediss+cluster://app@a:7000,[::1]:7001"
+    assert with_password(bare, {PASSWORD_FILE_ENV: str(secret)}, tmp_path / "none") == url
 
 
 async def test_each_queue_lives_on_the_primary_owning_its_slot(

@@ -1,24 +1,24 @@
-"""A real Redis Cluster of redis-server processes on free ports, for tests and the benchmark.
+"""A real Redis/Valkey Cluster of server processes on free ports, for tests and the benchmark.
 
 `ClusterOfServers(directory, primaries=3, replicas=0)` starts each node as a RedisServer with
-`--cluster-enabled yes`, joins them with `redis-cli --cluster create --cluster-yes`, and waits
-until every node reports `cluster_state:ok` and all agree on who owns every slot. It also moves a
-slot between primaries (`move_slot`) and kills a primary (`kill`), waiting for the result.
+`--cluster-enabled yes` and joins them with CLUSTER commands, as `redis-cli --cluster create`
+does (so no redis-cli is needed, and the embedded Valkey, which ships none, can form one): each
+node its own config epoch, each primary an equal share of the slots, every node MEETs the first,
+each replica REPLICATEs its primary. Then it waits until every node reports `cluster_state:ok`
+and all agree on who owns every slot. It also moves a slot between primaries (`move_slot`) and
+kills a primary (`kill`), waiting for the result.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import redis
 
-from tests.support.server import RedisServer, free_port
+from tests.support.server import REDIS_SERVER, RedisServer, free_port
 
-REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 NODE_TIMEOUT_MS = 1000
 """cluster-node-timeout: how long a silent primary has before its replica is promoted."""
 READY_DEADLINE_S = 60.0
@@ -33,8 +33,10 @@ class ClusterOfServers:
         replicas: int = 0,
         full_coverage: bool = True,
         extra: Sequence[str] = (),
+        binary: str = REDIS_SERVER,
     ) -> None:
         self.directory = directory
+        self.binary = binary
         self.full_coverage = full_coverage
         """`cluster-require-full-coverage`: with `yes` (Redis' default) every node refuses every
         slot (CLUSTERDOWN) from the moment a primary is marked failed until its replica leads."""
@@ -71,34 +73,63 @@ class ClusterOfServers:
                     "yes" if self.full_coverage else "no",
                     *self.extra,
                 ),
+                binary=self.binary,
             )
             self.nodes.append(node)
             node.start()
-        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
-        if self.primaries < 3 and not self.replicas:
-            self._small_cluster()
-        else:
-            replicas = ("--cluster-replicas", str(self.replicas), "--cluster-yes")
-            subprocess.run(
-                [REDIS_CLI, "--cluster", "create", *addresses, *replicas],
-                check=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                timeout=60,
-            )
+        self._join()
         self.wait_ready()
 
-    def _small_cluster(self) -> None:
-        """`redis-cli --cluster create` wants 3 primaries: for fewer, each node takes an equal
-        share of the slots and meets the first."""
-        share = 16384 // len(self.nodes)
+    def _join(self) -> None:
+        """Epochs, slots, MEET, then REPLICATE once every node knows every other."""
+        primaries = self.nodes[: self.primaries]
+        share = 16384 // len(primaries)
         for index, node in enumerate(self.nodes):
-            last = 16383 if index == len(self.nodes) - 1 else (index + 1) * share - 1
             with node.client() as client:
-                client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * share, last)
-                if index:
-                    first = ("127.0.0.1", self.nodes[0].port, self.bus_ports[0])
-                    client.execute_command("CLUSTER", "MEET", *first)
+                client.execute_command("CLUSTER", "SET-CONFIG-EPOCH", index + 1)
+                if index < len(primaries):
+                    last = 16383 if index == len(primaries) - 1 else (index + 1) * share - 1
+                    client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * share, last)
+        first = ("127.0.0.1", self.nodes[0].port, self.bus_ports[0])
+        for node in self.nodes[1:]:
+            with node.client() as client:
+                client.execute_command("CLUSTER", "MEET", *first)
+        if self.replicas:
+            self._wait(self._all_met, "every node to know every other")
+            self._replicate(primaries)
+
+    def _replicate(self, primaries: list[RedisServer]) -> None:
+        """Replica r of primary i is node primaries + r * primaries + i."""
+        for offset, node in enumerate(self.nodes[len(primaries) :]):
+            primary = primaries[offset % len(primaries)]
+            with primary.client() as client:
+                primary_id = client.execute_command("CLUSTER", "MYID").decode()
+            with node.client() as client:
+                client.execute_command("CLUSTER", "REPLICATE", primary_id)
+
+        def attached() -> bool:
+            for primary in primaries:
+                with primary.client() as client:
+                    if int(client.info("replication")["connected_slaves"]) < self.replicas:
+                        return False
+            return True
+
+        self._wait(attached, "every replica to attach to its primary")
+
+    def _all_met(self) -> bool:
+        for node in self.nodes:
+            with node.client() as client:
+                known = client.execute_command("CLUSTER", "NODES").decode().strip().splitlines()
+                if len(known) < len(self.nodes) or any("handshake" in line for line in known):
+                    return False
+        return True
+
+    def _wait(self, done: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + READY_DEADLINE_S
+        while not done():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster in {self.directory}: waited in vain for {what}")
+            time.sleep(0.05)
 
     def live(self) -> list[RedisServer]:
         return [node for node in self.nodes if node.process is not None]

@@ -1,8 +1,14 @@
-"""A real redis-server on a free port with its own directory: tests start, kill, restart it."""
+"""A real server on a free port with its own directory: tests start, kill, restart it.
+
+Which binary: `EMQ_TEST_SERVER=redis|valkey|/path` (valkey: valkey-server on PATH, else the
+embedded Valkey of the `embedded` extra); unset, redis-server on PATH, else the embedded Valkey.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -13,8 +19,29 @@ from pathlib import Path
 
 import redis
 
-REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+from emq_worker.server.binary import find_server, label
+
+SERVER_VARIABLE = "EMQ_TEST_SERVER"
 START_DEADLINE_S = 10.0
+TLS_PROBE_DEADLINE_S = 10.0
+NO_TLS = (
+    re.compile(r"[^#*\n]*TLS support[^\n]*", re.IGNORECASE),
+    re.compile(r"[^#*\n]*connection type tls[^\n]*", re.IGNORECASE),
+)
+"""What a server built without TLS says when given a --tls-port (Valkey 9: "Failed finding TLS
+support."), as opposed to a TLS build's refusal to start without a certificate; its log line's
+prefix (pid, time, `#`) is left out."""
+
+
+def chosen_binary() -> str:
+    """The binary every test starts (see the module's docstring)."""
+    choice = os.environ.get(SERVER_VARIABLE) or None
+    if choice is None:
+        return shutil.which("redis-server") or find_server("valkey")
+    return find_server(choice)
+
+
+REDIS_SERVER = chosen_binary()
 MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 
 
@@ -28,7 +55,8 @@ def free_port() -> int:
 class RedisServer:
     """`appendfsync` ("always", "everysec", "no") applies when `appendonly`; `extra` arguments go
     last on the command line (e.g. `("--maxmemory", "10mb")`). `restart` keeps port and dir.
-    `binary` runs another compatible server (a valkey-server)."""
+    `binary` runs another compatible server; it defaults to the one the session chose
+    (REDIS_SERVER: redis-server, or a valkey-server with EMQ_TEST_SERVER)."""
 
     def __init__(
         self,
@@ -41,7 +69,7 @@ class RedisServer:
         binary: str = REDIS_SERVER,
     ) -> None:
         self.binary = binary
-        """The server executable: redis-server, or a valkey-server (tests/interop)."""
+        """The server executable: redis-server, or a valkey-server."""
         self.directory = directory
         self.appendonly = appendonly
         self.appendfsync = appendfsync
@@ -76,6 +104,10 @@ class RedisServer:
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait_ping()
 
+    @property
+    def _name(self) -> str:
+        return label(self.binary)
+
     def _wait_ping(self) -> None:
         deadline = time.monotonic() + START_DEADLINE_S
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
@@ -87,9 +119,9 @@ class RedisServer:
                 except redis.exceptions.RedisError:
                     pass
                 if self.process is not None and self.process.poll() is not None:
-                    raise RuntimeError(f"redis-server on port {self.port} exited at start")
+                    raise RuntimeError(f"{self._name} on port {self.port} exited at start")
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {self.port} did not answer PING")
+                    raise RuntimeError(f"{self._name} on port {self.port} did not answer PING")
                 time.sleep(0.02)
         finally:
             client.close()
@@ -174,3 +206,24 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+@functools.cache
+def tls_refusal(binary: str = REDIS_SERVER) -> str | None:
+    """Why `binary` cannot serve TLS (its own words), or None when it can. Starting it with a
+    --tls-port and no certificate makes any build exit at once: a TLS build for the missing
+    certificate, a build without TLS saying so."""
+    args = [binary, "--port", "0", "--tls-port", str(free_port()), "--bind", "127.0.0.1"]
+    args += ["--save", "", "--appendonly", "no", "--logfile", ""]
+    try:
+        done = subprocess.run(
+            args, capture_output=True, text=True, timeout=TLS_PROBE_DEADLINE_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return None  # it started: TLS is built in (and somehow configured)
+    output = done.stdout + done.stderr
+    for pattern in NO_TLS:
+        said = pattern.search(output)
+        if said is not None:
+            return f"{label(binary)} at {binary} is built without TLS: {said.group(0).strip()!r}"
+    return None

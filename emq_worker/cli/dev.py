@@ -1,0 +1,101 @@
+"""`emq-worker dev`: a whole development setup in one command, with nothing installed but pip: a
+server (valkey-server or redis-server on PATH, else the embedded Valkey), a worker for --app,
+the dashboard, and (--reload) a worker restart on every change to the app (see cli/devloop.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import click
+
+from emq_worker.cli import devloop
+from emq_worker.cli.dashboard import missing_extra
+from emq_worker.cli.options import split_queues
+from emq_worker.errors import EmqError
+from emq_worker.protocol.keys import validate_queue_name
+from emq_worker.server.binary import ServerBinaryError, find_server
+from emq_worker.server.local import ServerStartError
+
+DEV_EXTRA = "pip install 'emq-worker[dev]' (from a checkout: pip install -e '.[dev]')"
+
+
+def _plan(
+    app: str,
+    app_dir: str,
+    queues: tuple[str, ...],
+    port: int | None,
+    persist: Path | None,
+    reload: bool,
+) -> devloop.DevPlan:
+    """The checked plan, or a usage error naming the bad value."""
+    names = split_queues(queues)
+    for name in names:
+        validate_queue_name(name)
+    if reload and importlib.util.find_spec("watchfiles") is None:
+        raise click.UsageError(f"--reload needs watchfiles: {DEV_EXTRA}")
+    watch = tuple(devloop.app_paths(app, app_dir)) if reload else ()
+    missing = missing_extra()
+    if missing is not None:
+        click.echo(
+            f"emq-worker dev: going on without the dashboard: it needs {missing} "
+            "(pip install 'emq-worker[dashboard]')"
+        )
+    return devloop.DevPlan(app, app_dir, names, port, persist, watch, missing is None)
+
+
+@click.command()
+@click.option("--app", required=True, help="module:attribute of the emq_worker.App to run.")
+@click.option(
+    "--app-dir",
+    default=".",
+    show_default=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory put first on sys.path before --app is imported.",
+)
+@click.option(
+    "--queue", "-q", "queues", multiple=True, required=True, help="Queue to serve; repeatable."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="The server's port on 127.0.0.1 (default: a free one).",
+)
+@click.option(
+    "--persist",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Keep the server's data (AOF) in DIR across runs (default: a temp dir removed on exit).",
+)
+@click.option("--reload", is_flag=True, help="Restart the worker when the app's .py files change.")
+@click.option(
+    "--server",
+    default=None,
+    metavar="PATH",
+    help="The server binary: a path, or `valkey` / `redis` (default: valkey-server or "
+    "redis-server on PATH, else the embedded Valkey).",
+)
+def dev(
+    app: str,
+    app_dir: str,
+    queues: tuple[str, ...],
+    port: int | None,
+    persist: Path | None,
+    reload: bool,
+    server: str | None,
+) -> None:
+    """Run a server, a worker for --app and the dashboard for development; Ctrl-C stops all."""
+    try:
+        plan = _plan(app, app_dir, queues, port, persist, reload)
+    except EmqError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        binary = find_server(server)
+        code = devloop.serve(plan, binary, click.echo)
+    except (ServerBinaryError, ServerStartError) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+    sys.exit(code)
