@@ -70,7 +70,8 @@ class WorkerSettings:
         if self.renew_every_ms and self.lease_ms < 3 * self.renew_every_ms:
             raise ConfigError(
                 f"lease_ms must be at least 3 x renew_every_ms so a missed tick is survived; "
-                f"got lease_ms={self.lease_ms}, renew_every_ms={self.renew_every_ms}"
+                f"got lease_ms={self.lease_ms}, renew_every_ms={self.renew_every_ms}",
+                setting="lease_ms",
             )
         if not self.wire_version:
             raise ConfigError("wire_version must not be empty")
@@ -89,4 +90,4 @@ class WorkerSettings:
 
 def _at_least(name: str, value: int, low: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}; got {value!r}")
+        raise ConfigError(f"{name} must be an integer >= {low}; got {value!r}", setting=name)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import anyio
 import click
 from redis.exceptions import RedisError
 
@@ -14,22 +13,20 @@ from emq_worker.beat.config import WorkerSettings
 from emq_worker.cli import admin, control
 from emq_worker.cli.dashboard import dashboard as dashboard_command
 from emq_worker.cli.demo import demo as demo_command
+from emq_worker.cli.enqueue import enqueue as enqueue_command
 from emq_worker.cli.health import health as health_command
 from emq_worker.cli.options import (
-    json_object,
+    failure_message,
+    queue_names,
     redis_url_option,
-    split_queues,
+    usage_error,
     wire_version_option,
 )
-from emq_worker.errors import EmqError
-from emq_worker.jobs.producer import Producer
+from emq_worker.errors import ConfigError, EmqError
 from emq_worker.jobs.tasks import load_app
 from emq_worker.observe import log
-from emq_worker.protocol.ids import DEFAULT_NODE_ID
-from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.retry import format_backoff, parse_backoff
-from emq_worker.server.connection import redacted
-from emq_worker.server.failures import describe, exit_code_for, fatal, tls_hint
+from emq_worker.server.failures import exit_code_for
 
 DEFAULTS = WorkerSettings(queues=("default",))
 
@@ -49,7 +46,8 @@ def main() -> None:
     required=True,
     show_envvar=True,
     envvar="EMQ_QUEUES",
-    help="Queue to serve; repeat for several, served in the order given.",
+    callback=queue_names,
+    help="Queue to serve; repeat for several (or a,b), served in the order given.",
 )
 @click.option(
     "--app",
@@ -57,7 +55,7 @@ def main() -> None:
     show_envvar=True,
     envvar="EMQ_APP",
     required=True,
-    help="module:attribute of the emq_worker.App with the handlers.",
+    help="module[:attribute] of the emq_worker.App with the handlers (attribute: app).",
 )
 @click.option(
     "--app-dir",
@@ -206,7 +204,7 @@ def run(
     """Run the worker daemon on one or more queues."""
     try:
         settings = WorkerSettings(
-            queues=split_queues(queues),
+            queues=queues,
             redis_url=redis_url,
             concurrency=concurrency,
             lease_ms=lease_ms,
@@ -222,118 +220,20 @@ def run(
             http=http or None,
         )
         app = load_app(app_path, app_dir)
-    except EmqError as exc:
-        raise click.UsageError(str(exc)) from exc
+    except ConfigError as exc:
+        raise usage_error(click.get_current_context(), exc) from exc
     log.configure(log_format, log_level)
     try:
         code = daemon.run(settings, app)
     except (EmqError, RedisError) as exc:
-        message = _failure(exc, settings.redis_url)
+        message = failure_message(exc, settings.redis_url)
         log.get_logger().error("worker_failed", error=message)
         click.echo(f"Error: {message}", err=True)
         sys.exit(exit_code_for(exc) or daemon.EXIT_FATAL)
     sys.exit(code)
 
 
-def _failure(exc: Exception, redis_url: str) -> str:
-    """What went wrong, naming the server (never its password)."""
-    if isinstance(exc, EmqError):
-        cause = exc.__cause__
-        return f"{exc}; {describe(cause)}" if cause is not None and fatal(cause) else str(exc)
-    return f"Redis at {redacted(redis_url)}: {describe(exc)}{tls_hint(exc, redis_url)}"
-
-
-@main.command()
-@click.option(
-    "--queue", "-q", required=True, show_envvar=True, envvar="EMQ_QUEUE", help="The queue."
-)
-@click.argument("task")
-@click.argument("kwargs", default="{}", callback=json_object)
-@redis_url_option
-@wire_version_option
-@click.option("--delay-ms", type=int, default=None, help="Run no sooner than this from now.")
-@click.option("--job-id", default=None, help="A caller-chosen JOB id (idempotent).")
-@click.option(
-    "--dedup-id",
-    default=None,
-    help="Enqueue only if no live job holds this key; else print that job's id (duplicate).",
-)
-@click.option(
-    "--dedup-ttl-ms", type=click.IntRange(min=1), default=None, help="Release the key after this."
-)
-@click.option(
-    "--max-attempts",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Override the task's max attempts for this job.",
-)
-@click.option(
-    "--timeout-ms",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Override the task's timeout for this job.",
-)
-@click.option(
-    "--result-ttl-ms",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Keep this job's return value this long (0: keep none).",
-)
-@click.option(
-    "--node-id",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_NODE_ID",
-    default=DEFAULT_NODE_ID,
-    show_default=True,
-    help="Snowflake node id for minted job ids (0-1023).",
-)
-def enqueue(
-    queue: str,
-    task: str,
-    kwargs: dict[str, object],
-    redis_url: str,
-    wire_version: str,
-    delay_ms: int | None,
-    job_id: str | None,
-    dedup_id: str | None,
-    dedup_ttl_ms: int | None,
-    max_attempts: int | None,
-    timeout_ms: int | None,
-    result_ttl_ms: int | None,
-    node_id: int,
-) -> None:
-    """Enqueue TASK with KWARGS (a JSON object) and print the job id ("<id> (duplicate)" when
-    --job-id or --dedup-id names a job that already exists)."""
-    try:
-        validate_queue_name(queue)  # a usage error (exit 2), before anything connects
-    except EmqError as exc:
-        raise click.BadParameter(str(exc), param_hint="--queue") from exc
-
-    async def send() -> str:
-        async with Producer.from_url(
-            redis_url, node_id=node_id, wire_version=wire_version
-        ) as producer:
-            result = await producer.enqueue(
-                queue,
-                task,
-                kwargs,
-                delay_ms=delay_ms,
-                job_id=job_id,
-                dedup_id=dedup_id,
-                dedup_ttl_ms=dedup_ttl_ms,
-                max_attempts=max_attempts,
-                timeout_ms=timeout_ms,
-                result_ttl_ms=result_ttl_ms,
-            )
-            return result.job_id + (" (duplicate)" if result.duplicate else "")
-
-    try:
-        click.echo(anyio.run(send))
-    except (EmqError, RedisError) as exc:
-        raise click.ClickException(_failure(exc, redis_url)) from exc
-
-
+main.add_command(enqueue_command)
 main.add_command(health_command)
 main.add_command(demo_command)
 main.add_command(dashboard_command)  # imports Starlette only when it runs

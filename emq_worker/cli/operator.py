@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from emq_worker.admin import verbs
-from emq_worker.cli.options import split_queues
+from emq_worker.cli.options import queue_names
 from emq_worker.errors import EmqError, JobIdError, QueueNameError
 from emq_worker.protocol import ids
 from emq_worker.protocol.keys import validate_queue_name
@@ -87,12 +87,6 @@ def dump_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def queue_names_callback(
-    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
-) -> Any:
-    return tuple(queue_name_callback(ctx, param, name) for name in split_queues(values))
-
-
 queues_option = click.option(
     "--queue",
     "-q",
@@ -100,6 +94,6 @@ queues_option = click.option(
     multiple=True,
     show_envvar=True,
     envvar="EMQ_QUEUES",
-    callback=queue_names_callback,
+    callback=queue_names,
     help="Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
 )

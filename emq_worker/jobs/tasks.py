@@ -175,7 +175,8 @@ def _make_task(
 
 
 def load_app(path: str, app_dir: str | None = None) -> App:
-    """Import `module:attr` and return the App it names, or raise AppImportError saying why.
+    """Import `module:attr` (`module` alone means `module:app`, as uvicorn, arq and celery
+    read it) and return the App it names, or raise AppImportError saying why.
 
     `app_dir` goes first on sys.path (as uvicorn's --app-dir): a console script's sys.path starts
     with its own bin directory, not the working directory.
@@ -185,15 +186,19 @@ def load_app(path: str, app_dir: str | None = None) -> App:
         if directory not in sys.path:
             sys.path.insert(0, directory)
     module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise AppImportError(f"--app must look like module.path:attribute; got {path!r}")
+    if not sep:
+        attr = "app"
+    if not module_name or not attr:
+        raise AppImportError(f"--app must look like module.path[:attribute]; got {path!r}")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except Exception as exc:  # the app's own import fails: a SyntaxError, a NameError, ...
         raise AppImportError(
-            f"cannot import module {module_name!r} for --app {path!r}: {exc}"
+            f"cannot import module {module_name!r} for --app {path!r}: {type(exc).__name__}: {exc}"
         ) from exc
-    app = getattr(module, attr, None)
+    if not hasattr(module, attr):
+        raise AppImportError(f"--app {path!r}: module {module_name!r} has no attribute {attr!r}")
+    app = getattr(module, attr)
     if not isinstance(app, App):
         raise AppImportError(
             f"--app {path!r} must name an emq_worker.App; got {type(app).__name__}"

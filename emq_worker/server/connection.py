@@ -20,6 +20,7 @@ if HIREDIS_AVAILABLE:
     import hiredis
 
 from emq_worker.errors import ConfigError, VersionFenceError
+from emq_worker.server.address import check_url_parts
 from emq_worker.server.cluster import (
     CLUSTER_SCHEMES,
     connect_cluster,
@@ -57,6 +58,7 @@ def validate_url(url: str) -> str:
             f"redis URL scheme must be one of {', '.join(SCHEMES + CLUSTER_SCHEMES)}; "
             f"got {scheme or '(none)'!r} in {redacted(url)!r}"
         )
+    check_url_parts(url)
     return url
 
 

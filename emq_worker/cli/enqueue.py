@@ -1,0 +1,154 @@
+"""`emq-worker enqueue`: one job from the shell. Given `--app`, the task and its arguments are
+checked here, at enqueue time, instead of the job going dead later ("missing a required
+argument")."""
+
+from __future__ import annotations
+
+import anyio
+import click
+from redis.exceptions import RedisError
+
+from emq_worker.cli.operator import queue_name_callback
+from emq_worker.cli.options import (
+    failure_message,
+    json_object,
+    redis_url_option,
+    wire_version_option,
+)
+from emq_worker.errors import EmqError, PayloadError, UnknownTaskError
+from emq_worker.jobs.producer import Producer
+from emq_worker.jobs.tasks import load_app
+from emq_worker.protocol.ids import DEFAULT_NODE_ID
+
+
+def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]) -> None:
+    """Refuse (exit 2) a task the app does not register, or kwargs its handler cannot take."""
+    try:
+        app = load_app(app_path, app_dir)
+    except EmqError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--app'") from exc
+    try:
+        handler = app.lookup(task)
+    except UnknownTaskError as exc:
+        raise click.BadParameter(str(exc), param_hint="'TASK'") from exc
+    try:
+        handler.check_kwargs(None, kwargs)
+    except PayloadError as exc:
+        wanted = ", ".join(str(p) for p in list(handler.signature.parameters.values())[1:])
+        raise click.BadParameter(
+            f"task {task!r} needs ({wanted}); {exc.__cause__ or exc}", param_hint="'KWARGS'"
+        ) from exc
+
+
+@click.command()
+@click.option(
+    "--queue",
+    "-q",
+    required=True,
+    show_envvar=True,
+    envvar="EMQ_QUEUE",
+    callback=queue_name_callback,  # a usage error (exit 2), before anything connects
+    help="The queue.",
+)
+@click.argument("task")
+@click.argument("kwargs", default="{}", callback=json_object)
+@click.option(
+    "--app",
+    "app_path",
+    show_envvar=True,
+    envvar="EMQ_APP",
+    default=None,
+    help="module[:attribute] of the App: check TASK and KWARGS against its handler first.",
+)
+@click.option(
+    "--app-dir",
+    show_envvar=True,
+    envvar="EMQ_APP_DIR",
+    default=".",
+    show_default=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory put first on sys.path before --app is imported.",
+)
+@redis_url_option
+@wire_version_option
+@click.option("--delay-ms", type=int, default=None, help="Run no sooner than this from now.")
+@click.option("--job-id", default=None, help="A caller-chosen JOB id (idempotent).")
+@click.option(
+    "--dedup-id",
+    default=None,
+    help="Enqueue only if no live job holds this key; else print that job's id (duplicate).",
+)
+@click.option(
+    "--dedup-ttl-ms", type=click.IntRange(min=1), default=None, help="Release the key after this."
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Override the task's max attempts for this job.",
+)
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Override the task's timeout for this job.",
+)
+@click.option(
+    "--result-ttl-ms",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Keep this job's return value this long (0: keep none).",
+)
+@click.option(
+    "--node-id",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_NODE_ID",
+    default=DEFAULT_NODE_ID,
+    show_default=True,
+    help="Snowflake node id for minted job ids (0-1023).",
+)
+def enqueue(
+    queue: str,
+    task: str,
+    kwargs: dict[str, object],
+    app_path: str | None,
+    app_dir: str,
+    redis_url: str,
+    wire_version: str,
+    delay_ms: int | None,
+    job_id: str | None,
+    dedup_id: str | None,
+    dedup_ttl_ms: int | None,
+    max_attempts: int | None,
+    timeout_ms: int | None,
+    result_ttl_ms: int | None,
+    node_id: int,
+) -> None:
+    """Enqueue TASK with KWARGS (a JSON object) and print the job id ("<id> (duplicate)" when
+    --job-id or --dedup-id names a job that already exists)."""
+    if app_path:
+        check_call(app_path, app_dir, task, kwargs)
+
+    async def send() -> str:
+        async with Producer.from_url(
+            redis_url, node_id=node_id, wire_version=wire_version
+        ) as producer:
+            result = await producer.enqueue(
+                queue,
+                task,
+                kwargs,
+                delay_ms=delay_ms,
+                job_id=job_id,
+                dedup_id=dedup_id,
+                dedup_ttl_ms=dedup_ttl_ms,
+                max_attempts=max_attempts,
+                timeout_ms=timeout_ms,
+                result_ttl_ms=result_ttl_ms,
+            )
+            return result.job_id + (" (duplicate)" if result.duplicate else "")
+
+    try:
+        click.echo(anyio.run(send))
+    except (EmqError, RedisError) as exc:
+        raise click.ClickException(failure_message(exc, redis_url)) from exc

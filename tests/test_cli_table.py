@@ -1,0 +1,176 @@
+"""What an operator meets on the command line, as a table: an input, the exit code, and the
+first line of the message. Usage errors exit 2, runtime errors 1; no input here may end in a
+Python traceback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emq_worker.cli.main import main
+
+APP = "tests.apps.ledger:app"
+URL = "{url}"  # replaced by the session server's URL
+TMP = "{tmp}"  # replaced by a directory holding emq_broken_app.py, which does not parse
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    args: tuple[str, ...]
+    code: int
+    first_line: str
+    """A substring of the first line of the output."""
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def _bad_url(url: str) -> tuple[str, ...]:
+    return ("--redis-url", url)
+
+
+CASES = [
+    # -- URLs: a usage error naming the bad part, from every command -----------------------
+    Case(
+        "url-port-not-a-number-run",
+        ("run", "-q", "orders", "--app", APP, *_bad_url("redis://127.0.0.1:notaport/0")),
+        2,
+        "(env var: 'EMQ_REDIS_URL'): port must be an integer in 1-65535; got 'notaport'",
+    ),
+    Case(
+        "url-port-not-a-number-stats",
+        ("stats", *_bad_url("redis://127.0.0.1:notaport/0")),
+        2,
+        "(env var: 'EMQ_REDIS_URL'): port must be an integer in 1-65535; got 'notaport'",
+    ),
+    Case(
+        "url-port-out-of-range",
+        ("stats", *_bad_url("redis://127.0.0.1:99999/0")),
+        2,
+        "port must be an integer in 1-65535; got '99999'",
+    ),
+    Case(
+        "url-db-not-a-number",
+        ("run", "-q", "orders", "--app", APP, *_bad_url("redis://127.0.0.1:1/abc")),
+        2,
+        "database must be an integer >= 0; got 'abc'",
+    ),
+    Case(
+        "url-db-not-a-number-enqueue",
+        ("enqueue", "-q", "orders", "noop", *_bad_url("redis://127.0.0.1:1/abc")),
+        2,
+        "database must be an integer >= 0; got 'abc'",
+    ),
+    Case(
+        "url-scheme-stats",
+        ("stats", *_bad_url("http://x")),
+        2,
+        "'--redis-url' (env var: 'EMQ_REDIS_URL'): redis URL scheme must be one of",
+    ),
+    # -- --app ---------------------------------------------------------------------------
+    Case(
+        "app-syntax-error",
+        (
+            "run",
+            "-q",
+            "orders",
+            "--app",
+            "emq_broken_app:app",
+            "--app-dir",
+            TMP,
+            "--redis-url",
+            URL,
+        ),
+        2,
+        "cannot import module 'emq_broken_app' for --app 'emq_broken_app:app': SyntaxError",
+    ),
+    Case(
+        "app-missing-attribute",
+        ("run", "-q", "orders", "--app", "tests.apps.ledger:nosuchattr", "--redis-url", URL),
+        2,
+        "module 'tests.apps.ledger' has no attribute 'nosuchattr'",
+    ),
+    Case(
+        "app-not-an-app",
+        ("run", "-q", "orders", "--app", "tests.apps.ledger:LEDGER_ENV", "--redis-url", URL),
+        2,
+        "must name an emq_worker.App; got str",
+    ),
+    Case(
+        "app-module-alone-means-colon-app",
+        ("enqueue", "-q", "orders", "--app", "tests.apps.ledger", "sleep", "--redis-url", URL),
+        2,
+        "task 'sleep' needs",
+    ),
+    # -- queue names ---------------------------------------------------------------------
+    Case(
+        "run-queue-with-a-space",
+        ("run", "-q", "my queue", "--app", APP, "--redis-url", URL),
+        2,
+        "(env var: 'EMQ_QUEUES'): queue name must match [A-Za-z0-9._-]{1,128}; got 'my queue'",
+    ),
+    Case(
+        "enqueue-queue-with-a-space",
+        ("enqueue", "-q", "my queue", "noop", "--redis-url", URL),
+        2,
+        "Invalid value for '--queue' / '-q' (env var: 'EMQ_QUEUE'): queue name must match",
+    ),
+    # -- settings name their flag and variable -------------------------------------------
+    Case(
+        "concurrency-zero",
+        ("run", "-q", "orders", "--app", APP, "-c", "0", "--redis-url", URL),
+        2,
+        "'--concurrency' / '-c' (env var: 'EMQ_CONCURRENCY'): must be an integer >= 1; got 0",
+    ),
+    Case(
+        "lease-too-short-from-the-environment",
+        ("run", "-q", "orders", "--app", APP, "--redis-url", URL),
+        2,
+        "Invalid value for '--lease-ms' (env var: 'EMQ_LEASE_MS'): must be an integer >= 30; got 5",
+        env=(("EMQ_LEASE_MS", "5"),),
+    ),
+    # -- enqueue checks the arguments when it can see the task ---------------------------
+    Case(
+        "enqueue-missing-kwargs-with-app",
+        ("enqueue", "-q", "orders", "--app", APP, "sleep", "--redis-url", URL),
+        2,
+        "Invalid value for 'KWARGS': task 'sleep' needs",
+    ),
+    Case(
+        "enqueue-unknown-task-with-app",
+        ("enqueue", "-q", "orders", "--app", APP, "nosuch", "--redis-url", URL),
+        2,
+        "Invalid value for 'TASK': unknown task 'nosuch'",
+    ),
+]
+
+
+def first_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("Error:"):
+            return line
+    return lines[0] if lines else ""
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_the_operator_table(case: Case, redis_url: str, tmp_path: Path) -> None:
+    (tmp_path / "emq_broken_app.py").write_text("app = (\n", encoding="utf-8")
+    args = [arg.replace(URL, redis_url).replace(TMP, str(tmp_path)) for arg in case.args]
+    env = {"EMQ_QUEUES": "", **dict(case.env)}
+    result = CliRunner().invoke(main, args, env=env)
+    output = result.output
+    assert "Traceback" not in output
+    assert not isinstance(result.exception, Exception) or isinstance(
+        result.exception, SystemExit
+    ), repr(result.exception)
+    assert result.exit_code == case.code, output
+    assert case.first_line in first_line(output), output
+
+
+def test_emq_queues_still_splits_on_commas_and_spaces() -> None:
+    from emq_worker.cli.options import split_queues
+
+    assert split_queues(("a,b c",)) == ("a", "b", "c")
