@@ -66,6 +66,8 @@ class Failure(NamedTuple):
     delay_ms: int
     max_attempts: int
     error: str
+    trace: str = ""
+    """The handler's formatted traceback (bounded), stored as the row's last_traceback."""
 
 
 Outcome = Completion | Failure
@@ -222,6 +224,7 @@ class Queue:
                 failure.delay_ms,
                 failure.max_attempts,
                 failure.error,
+                failure.trace,
             ]
         reply = await self.scripts.call(
             self.client,
