@@ -25,6 +25,8 @@
 --           fencing token, and only a claim moves it. The failure record (row fields EchoMQ
 --           ignores): last_traceback = trace (bounded by the worker; '' deletes an older one),
 --           error_history = a JSON array of the last 5 {attempt, at_ms, error} (error cut to 1 KB).
+--           A dead job also gets a 'dead' token RPUSHed to p.."result:"..id..":ready" (PX
+--           receipt_ms), which wakes a Producer.result waiter at once.
 --
 -- Reply: a flat array with two entries per job, completions first, then failures, each in the
 -- order sent: status, detail
@@ -141,6 +143,11 @@ for i = failures_from, #ARGV, 7 do
       outcome = 'dead'
       redis.call('ZADD', KEYS[3], 0, id)
       redis.call('HINCRBY', KEYS[4], 'count', 1)
+      -- A result waiter blocks on the ready list: a 'dead' token wakes it now, not at its
+      -- once-a-second look at the row.
+      local ready = p .. 'result:' .. id .. ':ready'
+      redis.call('RPUSH', ready, 'dead')
+      redis.call('PEXPIRE', ready, receipt_ms)
     elseif delay <= 0 then
       outcome = 'pending'
       redis.call('ZADD', p .. 'pending', 0, id)
