@@ -144,6 +144,70 @@ CASES = [
         2,
         "Invalid value for 'TASK': unknown task 'nosuch'",
     ),
+    # -- pause/resume take QUEUE or -q; a queue with no keys yet can be paused -------------
+    Case(
+        "pause-positional-new-queue",
+        ("pause", "t.table.p1", "--redis-url", URL),
+        0,
+        "paused queue 't.table.p1'",
+    ),
+    Case(
+        "pause-flag",
+        ("pause", "-q", "t.table.p2", "--redis-url", URL),
+        0,
+        "paused queue 't.table.p2'",
+    ),
+    Case(
+        "resume-flag",
+        ("resume", "--queue", "t.table.p3", "--redis-url", URL),
+        0,
+        "queue 't.table.p3' was already running",
+    ),
+    Case("pause-no-queue", ("pause", "--redis-url", URL), 2, "Error: name the queue: -q QUEUE"),
+    Case(
+        "pause-two-queues",
+        ("pause", "a", "-q", "b", "--redis-url", URL),
+        2,
+        "Error: two queues named: 'a' and --queue 'b'",
+    ),
+    Case(
+        "pause-bad-name",
+        ("pause", "-q", "my queue", "--redis-url", URL),
+        2,
+        "queue name must match",
+    ),
+    # -- --check ---------------------------------------------------------------------------
+    Case(
+        "check-passes",
+        ("run", "--check", "-q", "orders", "--app", "tests.apps.ledger", "--redis-url", URL),
+        0,
+        "app: 2 task(s), 0 raw handler(s)",
+    ),
+    Case(
+        "check-unreachable",
+        ("run", "--check", "-q", "orders", "--app", APP, "--redis-url", "redis://127.0.0.1:1/0"),
+        1,
+        "Error: Redis at redis://127.0.0.1:1/0",
+    ),
+    # -- a job id without --queue: found when one queue holds it ---------------------------
+    Case(
+        "inspect-unknown-job-anywhere",
+        ("inspect", "JOB00000000001", "--redis-url", URL),
+        1,
+        "Error: no job JOB00000000001 in any of",
+    ),
+    Case(
+        "result-unknown-job-anywhere",
+        ("result", "JOB00000000001", "--redis-url", URL),
+        1,
+        "Error: no job JOB00000000001 in any of",
+    ),
+    Case(
+        "result-negative-wait",
+        ("result", "JOB00000000001", "--wait", "-1", "--redis-url", URL),
+        2,
+        "Invalid value for '--wait'",
+    ),
 ]
 
 

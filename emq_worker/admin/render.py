@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 
 from emq_worker.admin.dead import DeadJob
+from emq_worker.admin.lookup import CompletedJob
 from emq_worker.admin.verbs import COUNT_FIELDS, PAYLOAD_SHOWN, Discovery, Inspection, QueueStats
 from emq_worker.protocol.names import Field
 from emq_worker.server.scan import SCAN_COUNT
@@ -106,6 +107,21 @@ def render_inspection(job: Inspection) -> str:
     width = max(len(name) for name, _ in lines)
     table_lines = [f"{name.ljust(width)}  {value}" for name, value in lines]
     return "\n".join([*table_lines, *_failure_blocks(job)])
+
+
+def render_completed(job: CompletedJob) -> str:
+    expires = (
+        "no expiry" if job.expires_in_ms is None else f"expires in {job.expires_in_ms / 1000:.1f} s"
+    )
+    shown = job.error or json.dumps(job.value, ensure_ascii=False)
+    lines = [
+        ("job", job.job_id),
+        ("queue", job.queue),
+        ("where", "completed (result stored)"),
+        ("result", f"{escape(shown[:PAYLOAD_SHOWN])} ({expires})"),
+    ]
+    width = max(len(name) for name, _ in lines)
+    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in lines)
 
 
 def render_dead(queue: str, total: int, jobs: Sequence[DeadJob]) -> str:

@@ -13,21 +13,25 @@ from typing import Any
 import click
 from redis.asyncio import Redis
 
-from emq_worker.admin import render, verbs
+from emq_worker.admin import lookup, render, verbs
 from emq_worker.beat.presence import live_workers
 from emq_worker.cli.dead import dead
 from emq_worker.cli.operator import (
     admin_queue_option,
     dump_json,
     job_ids_callback,
+    job_queue_option,
     json_option,
+    on_job_queue,
     on_queue,
-    queue_name_callback,
+    optional_queue_name,
     queues_option,
     run_admin,
 )
 from emq_worker.cli.options import redis_url_option, wire_version_option
+from emq_worker.cli.results import result
 from emq_worker.protocol.names import JobId
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 
 
@@ -52,21 +56,41 @@ def stats(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: 
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@admin_queue_option
+@job_queue_option
 @json_option
 @redis_url_option
 @wire_version_option
-def inspect(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
-    """Show JOB_ID: its row, where it is, its lease, lock and scheduled time."""
-    job = on_queue(redis_url, wire_version, queue, lambda q: verbs.inspect_job(q, job_id))
+def inspect(
+    job_id: JobId, queue: str | None, as_json: bool, redis_url: str, wire_version: str
+) -> None:
+    """Show JOB_ID: its row, where it is, its lease, lock and scheduled time, and for a failed
+    job its recent errors and traceback; for a completed job, its stored result."""
+
+    async def read(q: Queue) -> verbs.Inspection | lookup.CompletedJob:
+        try:
+            return await verbs.inspect_job(q, job_id)
+        except verbs.UnknownJobError:
+            completed = await lookup.completed_job(q, job_id)
+            if completed is None:
+                raise
+            return completed
+
+    _, job = on_job_queue(redis_url, wire_version, queue, job_id, read)
     if as_json:
         dump_json(job.as_dict())
+    elif isinstance(job, lookup.CompletedJob):
+        click.echo(render.render_completed(job))
     else:
         click.echo(render.render_inspection(job))
 
 
 def _set_paused(queue: str, paused: bool, redis_url: str, wire_version: str) -> None:
-    was = on_queue(redis_url, wire_version, queue, lambda q: verbs.set_paused(q, paused))
+    # Not on_queue: a queue with no keys yet may be paused before its first job.
+    was = run_admin(
+        redis_url,
+        wire_version,
+        lambda client, scripts: verbs.set_paused(Queue(client, scripts, queue), paused),
+    )
     if was == paused:
         click.echo(f"queue {queue!r} was already {'paused' if paused else 'running'}")
     elif paused:
@@ -75,22 +99,50 @@ def _set_paused(queue: str, paused: bool, redis_url: str, wire_version: str) -> 
         click.echo(f"resumed queue {queue!r}")
 
 
-@click.command()
-@click.argument("queue", callback=queue_name_callback)
-@redis_url_option
-@wire_version_option
-def pause(queue: str, redis_url: str, wire_version: str) -> None:
-    """Stop workers claiming from QUEUE (the jobs they hold run on)."""
-    _set_paused(queue, True, redis_url, wire_version)
+def _one_queue(positional: str | None, option: str | None) -> str:
+    """QUEUE or -q/--queue (both accepted: every other command takes -q)."""
+    if positional and option and positional != option:
+        raise click.UsageError(f"two queues named: {positional!r} and --queue {option!r}")
+    name = positional or option
+    if not name:
+        raise click.UsageError("name the queue: -q QUEUE (or QUEUE)")
+    return name
+
+
+queue_argument = click.argument(
+    "queue_arg", metavar="[QUEUE]", required=False, callback=optional_queue_name
+)
+queue_flag = click.option(
+    "--queue",
+    "-q",
+    "queue_opt",
+    default=None,
+    show_envvar=True,
+    envvar="EMQ_QUEUE",
+    callback=optional_queue_name,
+    help="The queue (or give it as QUEUE).",
+)
 
 
 @click.command()
-@click.argument("queue", callback=queue_name_callback)
+@queue_argument
+@queue_flag
 @redis_url_option
 @wire_version_option
-def resume(queue: str, redis_url: str, wire_version: str) -> None:
+def pause(queue_arg: str | None, queue_opt: str | None, redis_url: str, wire_version: str) -> None:
+    """Stop workers claiming from QUEUE (the jobs they hold run on). A queue with no keys yet
+    can be paused: its first jobs then wait."""
+    _set_paused(_one_queue(queue_arg, queue_opt), True, redis_url, wire_version)
+
+
+@click.command()
+@queue_argument
+@queue_flag
+@redis_url_option
+@wire_version_option
+def resume(queue_arg: str | None, queue_opt: str | None, redis_url: str, wire_version: str) -> None:
     """Let workers claim from QUEUE again."""
-    _set_paused(queue, False, redis_url, wire_version)
+    _set_paused(_one_queue(queue_arg, queue_opt), False, redis_url, wire_version)
 
 
 @click.command()
@@ -106,18 +158,22 @@ def remove(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@admin_queue_option
+@job_queue_option
 @json_option
 @redis_url_option
 @wire_version_option
-def logs(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+def logs(
+    job_id: JobId, queue: str | None, as_json: bool, redis_url: str, wire_version: str
+) -> None:
     """Print JOB_ID's job log (the lines its handler appended with ctx.append_log), oldest
     first. A completed or removed job's log is gone with it; a dead job keeps its log."""
-    lines = on_queue(redis_url, wire_version, queue, lambda q: verbs.job_logs(q, job_id))
+    name, lines = on_job_queue(
+        redis_url, wire_version, queue, job_id, lambda q: verbs.job_logs(q, job_id)
+    )
     if as_json:
-        dump_json({"queue": queue, "job_id": job_id, "lines": lines})
+        dump_json({"queue": name, "job_id": job_id, "lines": lines})
     elif not lines:
-        click.echo(f"no log lines for {job_id} in queue {queue!r}")
+        click.echo(f"no log lines for {job_id} in queue {name!r}")
     else:
         click.echo("\n".join(render.escape(line) for line in lines))
 
@@ -180,6 +236,7 @@ def cancel(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None
 COMMANDS: tuple[click.Command, ...] = (
     stats,
     inspect,
+    result,
     logs,
     dead,
     pause,

@@ -34,9 +34,9 @@ def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]
     try:
         handler.check_kwargs(None, kwargs)
     except PayloadError as exc:
-        wanted = ", ".join(str(p) for p in list(handler.signature.parameters.values())[1:])
         raise click.BadParameter(
-            f"task {task!r} needs ({wanted}); {exc.__cause__ or exc}", param_hint="'KWARGS'"
+            f"task {task!r} needs ({handler.parameters_text()}); {exc.__cause__ or exc}",
+            param_hint="'KWARGS'",
         ) from exc
 
 

@@ -11,6 +11,7 @@ from redis.exceptions import RedisError
 from emq_worker.beat import daemon
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.cli import admin, control
+from emq_worker.cli.check import run_check
 from emq_worker.cli.dashboard import dashboard as dashboard_command
 from emq_worker.cli.demo import demo as demo_command
 from emq_worker.cli.enqueue import enqueue as enqueue_command
@@ -181,6 +182,12 @@ def main() -> None:
     metavar="HOST:PORT",
     help="Serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9464 (default: off).",
 )
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Import the app and list its tasks, ping the server, check the version fence; "
+    "exit 0 or 1 without serving.",
+)
 def run(
     queues: tuple[str, ...],
     app_path: str,
@@ -200,6 +207,7 @@ def run(
     burst: bool,
     handoff: bool,
     http: str | None,
+    check: bool,
 ) -> None:
     """Run the worker daemon on one or more queues."""
     try:
@@ -222,6 +230,8 @@ def run(
         app = load_app(app_path, app_dir)
     except ConfigError as exc:
         raise usage_error(click.get_current_context(), exc) from exc
+    if check:
+        sys.exit(run_check(settings, app))
     log.configure(log_format, log_level)
     try:
         code = daemon.run(settings, app)

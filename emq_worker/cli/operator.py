@@ -13,7 +13,7 @@ import click
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from emq_worker.admin import verbs
+from emq_worker.admin import lookup, verbs
 from emq_worker.cli.options import queue_names
 from emq_worker.errors import EmqError, JobIdError, QueueNameError
 from emq_worker.protocol import ids
@@ -52,6 +52,37 @@ admin_queue_option = click.option(
     help="The queue.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def optional_queue_name(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    return None if value is None else queue_name_callback(ctx, param, value)
+
+
+job_queue_option = click.option(
+    "--queue",
+    "-q",
+    default=None,
+    show_envvar=True,
+    envvar="EMQ_QUEUE",
+    callback=optional_queue_name,
+    help="The queue (default: the one queue that holds JOB_ID, found by a bounded scan).",
+)
+
+
+def on_job_queue(
+    redis_url: str,
+    wire_version: str,
+    queue: str | None,
+    job_id: str,
+    work: Callable[[Queue], Awaitable[T]],
+) -> tuple[str, T]:
+    """Run `work` on `queue`, or on the one queue that holds `job_id` when none is named."""
+
+    async def on_queue(client: Redis, scripts: Scripts) -> tuple[str, T]:
+        name = queue or await lookup.locate_job(client, job_id)
+        return name, await work(await verbs.open_queue(client, scripts, name))
+
+    return run_admin(redis_url, wire_version, on_queue)
 
 
 def run_admin(

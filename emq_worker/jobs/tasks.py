@@ -35,6 +35,20 @@ class Task:
     def __post_init__(self) -> None:
         object.__setattr__(self, "keyword_names", _keyword_names(self.signature))
 
+    def parameters_text(self) -> str:
+        """The kwargs the handler takes, as written: `a: int, b: int = 0` (for messages)."""
+        shown = []
+        for param in list(self.signature.parameters.values())[1:]:
+            note = param.annotation
+            if note is inspect.Parameter.empty:
+                text = param.name
+            else:
+                text = f"{param.name}: {note if isinstance(note, str) else note.__name__}"
+            if param.default is not inspect.Parameter.empty:
+                text += f" = {param.default!r}"
+            shown.append(("**" if param.kind is param.VAR_KEYWORD else "") + text)
+        return ", ".join(shown)
+
     def check_kwargs(self, ctx: object, kwargs: dict[str, Any]) -> None:
         """Raise PayloadError when the payload's kwargs cannot call this handler."""
         names = self.keyword_names
