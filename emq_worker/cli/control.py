@@ -14,6 +14,7 @@ import click
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from emq_worker.admin import render
 from emq_worker.cli.operator import admin_queue_option, dump_json, json_option, run_admin
 from emq_worker.cli.options import json_object, redis_url_option, wire_version_option
 from emq_worker.errors import ConfigError, EmqError
@@ -126,9 +127,17 @@ def repeat_list(queue: str, as_json: bool, redis_url: str, wire_version: str) ->
     if not found:
         click.echo(f"no repeatable jobs on queue {queue!r}")
         return
-    for info in found:
-        state = "paused" if info.paused else f"next {_when(info.next_due_ms)}"
-        click.echo(f"{info.name}\t{info.schedule}\t{state}\tminted {info.minted}")
+    rows = [
+        (
+            info.name,
+            str(info.schedule),
+            "paused" if info.paused else "active",
+            "-" if info.paused else _when(info.next_due_ms),
+            info.minted,
+        )
+        for info in found
+    ]
+    click.echo(render.table(("name", "schedule", "state", "next", "minted"), rows))
 
 
 def _repeat_verb(verb: str, help_text: str) -> click.Command:

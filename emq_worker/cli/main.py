@@ -35,7 +35,17 @@ DEFAULTS = WorkerSettings(queues=("default",))
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="emq-worker")
 def main() -> None:
-    """emq-worker: an asyncio worker for EchoMQ queues on Valkey/Redis."""
+    """emq-worker: an asyncio worker for EchoMQ queues on Valkey/Redis.
+
+    \b
+    Every command that talks to Redis takes --redis-url (EMQ_REDIS_URL):
+      redis://[user:pass@]host:port/db, rediss:// (TLS) or unix:///path?db=N;
+      redis+cluster://HOST:PORT,HOST:PORT,... (rediss+cluster:// for TLS) for a
+      Redis/Valkey Cluster given by seed nodes; or @PATH to read the URL from a
+      file (a Docker or systemd secret). A URL without a password takes one from
+      EMQ_REDIS_PASSWORD_FILE, $CREDENTIALS_DIRECTORY/redis-password or
+      /run/secrets/redis-password. Keep passwords off the command line.
+    """
 
 
 @main.command()

@@ -50,10 +50,8 @@ redis_url_option = click.option(
     default=DEFAULT_URL,
     show_default=True,
     callback=_redis_url,
-    help="redis://, rediss:// (TLS) or unix:// URL; redis+cluster://HOST:PORT,HOST:PORT,... "
-    "(rediss+cluster:// for TLS) for a Redis/Valkey Cluster given by seed nodes; "
-    "or @PATH to read it from a file (a secret). "
-    "Keep passwords out of the command line: use the variable or a file.",
+    help="Where Redis/Valkey is: redis://, rediss://, unix://, redis+cluster://..., or @FILE "
+    "(see `emq-worker --help`).",
 )
 wire_version_option = click.option(
     "--wire-version",
