@@ -88,3 +88,22 @@ async def test_check_is_refused_by_the_version_fence(client: Redis, redis_url: s
     refused = await cli(*args, "--wire-version", "echomq:0.0.1", "--redis-url", redis_url)
     assert refused.exit_code == 1
     assert "{emq}:version is 'echomq:3.0.0' but this worker speaks 'echomq:0.0.1'" in refused.output
+
+
+async def test_clear_empties_the_pending_jobs_and_leaves_the_rest(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    producer = Producer(client)
+    for n in range(5):
+        await producer.enqueue(queue_name, "add", {"a": n, "b": n}, dedup_id=f"d{n}")
+    later = (await producer.enqueue(queue_name, "add", {"a": 0, "b": 0}, delay_ms=60_000)).job_id
+    asked = await cli("clear", "-q", queue_name, "--redis-url", redis_url)
+    assert asked.exit_code == 1  # no terminal: the confirmation aborts
+    cleared = await cli("clear", "-q", queue_name, "--yes", "--json", "--redis-url", redis_url)
+    assert cleared.exit_code == 0, cleared.output
+    assert '"deleted": 5' in cleared.output
+    keys = QueueKeys.of(queue_name)
+    assert await client.zcard(keys.pending) == 0
+    assert await client.zscore(keys.schedule, later) is not None
+    again = await producer.enqueue(queue_name, "add", {"a": 0, "b": 0}, dedup_id="d0")
+    assert not again.duplicate  # the dedup keys went with the jobs

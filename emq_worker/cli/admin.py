@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from emq_worker.admin import lookup, render, verbs
 from emq_worker.beat.presence import live_workers
-from emq_worker.cli.dead import dead
+from emq_worker.cli.dead import clear, dead
 from emq_worker.cli.operator import (
     admin_queue_option,
     dump_json,
@@ -239,6 +239,7 @@ COMMANDS: tuple[click.Command, ...] = (
     result,
     logs,
     dead,
+    clear,
     pause,
     resume,
     remove,

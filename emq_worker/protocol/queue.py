@@ -278,15 +278,21 @@ class Queue:
         )
         return promote_result(reply)
 
-    async def remove(self, job_id: JobId, dedup_id: str = "", *, only_dead: bool = False) -> bool:
+    async def remove(
+        self,
+        job_id: JobId,
+        dedup_id: str = "",
+        *,
+        only_dead: bool = False,
+        only_pending: bool = False,
+    ) -> bool:
         """Delete an unheld job; False when it was gone. Raises LockedError while it is held,
-        and with `only_dead`, StateError unless it is in dead (checked in the same script)."""
+        and with `only_dead` (`only_pending`), StateError unless it is in dead (pending),
+        checked in the same script."""
         k = self.keys
+        only = "dead" if only_dead else "pending" if only_pending else ""
         reply = await self.scripts.call(
-            self.client,
-            "remove",
-            self.script_keys("remove"),
-            [k.prefix, job_id, dedup_id, "dead" if only_dead else ""],
+            self.client, "remove", self.script_keys("remove"), [k.prefix, job_id, dedup_id, only]
         )
         return int(reply) == 1
 
