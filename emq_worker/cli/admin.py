@@ -41,7 +41,8 @@ from emq_worker.protocol.scripts import Scripts
 @redis_url_option
 @wire_version_option
 def stats(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: str) -> None:
-    """Depths (pending, active, scheduled, dead) and counters (completed, failed) per queue."""
+    """Depths (pending, active, scheduled, dead) and counters (completed, dead_lettered) per
+    queue; the JSON also gives dead_lettered as `failed`, its old name."""
     rows, found = run_admin(
         redis_url, wire_version, lambda client, scripts: verbs.stats(client, scripts, queues)
     )

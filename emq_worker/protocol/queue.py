@@ -81,6 +81,12 @@ class Counts:
     dead: int
     completed: int
     failed: int
+    """metrics:failed, the wire's name: how many jobs went dead (see dead_lettered)."""
+
+    @property
+    def dead_lettered(self) -> int:
+        """Jobs moved to dead so far: the operator's name for the `failed` counter."""
+        return self.failed
 
 
 class OfferTerms(NamedTuple):

@@ -38,8 +38,9 @@
 --                        or missing from the set its state names); nothing changed
 -- Accepted while the job is active, or reaped back to pending and not yet re-claimed (late but
 -- uncontested).
--- Events, only while someone subscribes to p.."events": 'completed'; 'failed' (outcome pending
--- or scheduled) or 'dead', with the error; 'fenced' for a stale, gone or state refusal.
+-- Events, only while someone subscribes to p.."events": 'completed'; 'retried' (outcome pending
+-- or scheduled; then 'failed' again, its old name, kept for subscribers) or 'dead', with the
+-- error; 'fenced' for a stale, gone or state refusal.
 --- @include now_ms
 --- @include fence
 --- @include events
@@ -164,8 +165,13 @@ for i = failures_from, #ARGV, 7 do
     answer(row, id, token, nonce, outcome)
     if listeners then
       now = now or now_ms()
-      emit(p, outcome == 'dead' and 'dead' or 'failed', id, token, now,
-        {outcome = outcome, error = ARGV[i + 5]})
+      local facts = {outcome = outcome, error = ARGV[i + 5]}
+      if outcome == 'dead' then
+        emit(p, 'dead', id, token, now, facts)
+      else
+        emit(p, 'retried', id, token, now, facts)
+        emit(p, 'failed', id, token, now, facts) -- the old name of 'retried', for subscribers
+      end
     end
   end
 end
