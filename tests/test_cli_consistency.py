@@ -4,6 +4,8 @@ the dashboard answers /favicon.ico instead of a 404 on every page."""
 
 from __future__ import annotations
 
+import json
+
 import click
 import httpx
 import pytest
@@ -63,3 +65,32 @@ async def test_the_dashboard_serves_a_favicon(client: Redis, redis_url: str) -> 
         icon = await http.get("/favicon.ico")  # no token: browsers ask before logging in
     assert icon.status_code == 200
     assert icon.headers["content-type"].startswith("image/svg+xml")
+
+
+def test_every_command_that_changes_something_takes_json() -> None:
+    """`--json` everywhere an operator might script: the output is then one JSON document."""
+    takes_json = {
+        path
+        for path in subcommands(main)
+        if "--json" in CliRunner().invoke(main, [*path, "--help"]).output
+    }
+    wanted = {
+        ("enqueue",), ("pause",), ("resume",), ("remove",), ("cancel",), ("clear",),
+        ("stats",), ("inspect",), ("logs",), ("workers",), ("limit",),
+        ("dead", "list"), ("dead", "retry"), ("dead", "purge"),
+        ("repeat", "add"), ("repeat", "list"), ("repeat", "pause"), ("repeat", "resume"),
+        ("repeat", "remove"),
+    }  # fmt: skip
+    assert wanted <= takes_json, wanted - takes_json
+
+
+def test_json_output_parses(redis_url: str, queue_name: str) -> None:
+    url = ["--redis-url", redis_url]
+    runner = CliRunner()
+    enqueued = runner.invoke(main, ["enqueue", "-q", queue_name, "noop", "--json", *url])
+    job = json.loads(enqueued.output)
+    assert job["duplicate"] is False
+    paused = json.loads(runner.invoke(main, ["pause", "-q", queue_name, "--json", *url]).output)
+    assert paused == {"queue": queue_name, "paused": True, "was_paused": False}
+    removed = runner.invoke(main, ["remove", job["job_id"], "-q", queue_name, "--json", *url])
+    assert json.loads(removed.output)["removed"] is True

@@ -26,6 +26,7 @@ from emq_worker.cli.operator import (
     on_queue,
     optional_queue_name,
     queues_option,
+    report,
     run_admin,
 )
 from emq_worker.cli.options import redis_url_option, wire_version_option
@@ -85,7 +86,7 @@ def inspect(
         click.echo(render.render_inspection(job))
 
 
-def _set_paused(queue: str, paused: bool, redis_url: str, wire_version: str) -> None:
+def _set_paused(queue: str, paused: bool, as_json: bool, redis_url: str, wire_version: str) -> None:
     # Not on_queue: a queue with no keys yet may be paused before its first job.
     was = run_admin(
         redis_url,
@@ -93,11 +94,12 @@ def _set_paused(queue: str, paused: bool, redis_url: str, wire_version: str) -> 
         lambda client, scripts: verbs.set_paused(Queue(client, scripts, queue), paused),
     )
     if was == paused:
-        click.echo(f"queue {queue!r} was already {'paused' if paused else 'running'}")
+        text = f"queue {queue!r} was already {'paused' if paused else 'running'}"
     elif paused:
-        click.echo(f"paused queue {queue!r}; running workers stop claiming at their next claim")
+        text = f"paused queue {queue!r}; running workers stop claiming at their next claim"
     else:
-        click.echo(f"resumed queue {queue!r}")
+        text = f"resumed queue {queue!r}"
+    report(as_json, text, {"queue": queue, "paused": paused, "was_paused": was})
 
 
 def _one_queue(positional: str | None, option: str | None) -> str:
@@ -128,33 +130,41 @@ queue_flag = click.option(
 @click.command()
 @queue_argument
 @queue_flag
+@json_option
 @redis_url_option
 @wire_version_option
-def pause(queue_arg: str | None, queue_opt: str | None, redis_url: str, wire_version: str) -> None:
+def pause(
+    queue_arg: str | None, queue_opt: str | None, as_json: bool, redis_url: str, wire_version: str
+) -> None:
     """Stop workers claiming from QUEUE (the jobs they hold run on). A queue with no keys yet
     can be paused: its first jobs then wait."""
-    _set_paused(_one_queue(queue_arg, queue_opt), True, redis_url, wire_version)
+    _set_paused(_one_queue(queue_arg, queue_opt), True, as_json, redis_url, wire_version)
 
 
 @click.command()
 @queue_argument
 @queue_flag
+@json_option
 @redis_url_option
 @wire_version_option
-def resume(queue_arg: str | None, queue_opt: str | None, redis_url: str, wire_version: str) -> None:
+def resume(
+    queue_arg: str | None, queue_opt: str | None, as_json: bool, redis_url: str, wire_version: str
+) -> None:
     """Let workers claim from QUEUE again."""
-    _set_paused(_one_queue(queue_arg, queue_opt), False, redis_url, wire_version)
+    _set_paused(_one_queue(queue_arg, queue_opt), False, as_json, redis_url, wire_version)
 
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
 @admin_queue_option
+@json_option
 @redis_url_option
 @wire_version_option
-def remove(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None:
+def remove(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
     """Delete JOB_ID (row, subkeys, set member); refused while a worker holds it."""
     on_queue(redis_url, wire_version, queue, lambda q: verbs.remove_job(q, job_id))
-    click.echo(f"removed {job_id} from queue {queue!r}")
+    text = f"removed {job_id} from queue {queue!r}"
+    report(as_json, text, {"queue": queue, "job_id": job_id, "removed": True})
 
 
 @click.command()
@@ -222,16 +232,18 @@ def workers(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
 @admin_queue_option
+@json_option
 @redis_url_option
 @wire_version_option
-def cancel(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None:
+def cancel(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
     """Stop the running JOB_ID: its worker cancels it at its next renewal tick and settles it
     dead with last_error "cancelled by an operator"."""
     on_queue(redis_url, wire_version, queue, lambda q: verbs.cancel_job(q, job_id))
-    click.echo(
+    text = (
         f"cancel requested for {job_id} in queue {queue!r}; its worker stops it within one "
         "renewal tick (a third of the lease)"
     )
+    report(as_json, text, {"queue": queue, "job_id": job_id, "cancel_requested": True})
 
 
 COMMANDS: tuple[click.Command, ...] = (

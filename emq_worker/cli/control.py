@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import Any
 
 import anyio
 import click
@@ -15,7 +16,13 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from emq_worker.admin import render
-from emq_worker.cli.operator import admin_queue_option, dump_json, json_option, run_admin
+from emq_worker.cli.operator import (
+    admin_queue_option,
+    dump_json,
+    json_option,
+    report,
+    run_admin,
+)
 from emq_worker.cli.options import json_object, redis_url_option, wire_version_option
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.jobs import events as events_module
@@ -143,20 +150,22 @@ def repeat_list(queue: str, as_json: bool, redis_url: str, wire_version: str) ->
 def _repeat_verb(verb: str, help_text: str) -> click.Command:
     @click.argument("name", callback=_repeat_name)
     @admin_queue_option
+    @json_option
     @redis_url_option
     @wire_version_option
-    def command(name: str, queue: str, redis_url: str, wire_version: str) -> None:
-        async def work(client: Redis, scripts: Scripts) -> str:
+    def command(name: str, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+        async def work(client: Redis, scripts: Scripts) -> tuple[str, dict[str, Any]]:
             if verb == "remove":
                 if not await repeat.remove_repeat(client, queue, name):
                     raise ConfigError(f"no repeat named {name!r} on queue {queue!r}")
-                return f"removed repeat {name!r} from queue {queue!r} (jobs it minted stay)"
+                text = f"removed repeat {name!r} from queue {queue!r} (jobs it minted stay)"
+                return text, {"queue": queue, "name": name, "removed": True}
             change = repeat.pause_repeat if verb == "pause" else repeat.resume_repeat
             info = await change(client, queue, name)
             state = "paused" if info.paused else f"next due {_when(info.next_due_ms)}"
-            return f"repeat {name!r} on queue {queue!r}: {state}"
+            return f"repeat {name!r} on queue {queue!r}: {state}", info.as_dict()
 
-        click.echo(run_admin(redis_url, wire_version, work))
+        report(as_json, *run_admin(redis_url, wire_version, work))
 
     command.__doc__ = help_text
     return repeat_group.command(verb)(command)
@@ -169,6 +178,7 @@ def _repeat_verb(verb: str, help_text: str) -> click.Command:
 @admin_queue_option
 @click.option("--every-ms", type=int, default=None, help="Mint a job every this many ms.")
 @click.option("--cron", default=None, help='A cron expression, UTC (e.g. "*/5 * * * *").')
+@json_option
 @redis_url_option
 @wire_version_option
 def repeat_add(
@@ -178,6 +188,7 @@ def repeat_add(
     queue: str,
     every_ms: int | None,
     cron: str | None,
+    as_json: bool,
     redis_url: str,
     wire_version: str,
 ) -> None:
@@ -194,7 +205,7 @@ def repeat_add(
 
     info = run_admin(redis_url, wire_version, work)
     state = "paused" if info.paused else f"next due {_when(info.next_due_ms)}"
-    click.echo(f"repeat {name!r} on queue {queue!r}: {info.schedule}; {state}")
+    report(as_json, f"repeat {name!r} on queue {queue!r}: {info.schedule}; {state}", info.as_dict())
 
 
 _repeat_verb("pause", "Stop minting the repeat NAME (jobs already minted run on).")

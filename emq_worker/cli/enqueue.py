@@ -8,7 +8,7 @@ import anyio
 import click
 from redis.exceptions import RedisError
 
-from emq_worker.cli.operator import queue_name_callback
+from emq_worker.cli.operator import queue_name_callback, report
 from emq_worker.cli.options import (
     failure_message,
     json_object,
@@ -16,7 +16,7 @@ from emq_worker.cli.options import (
     wire_version_option,
 )
 from emq_worker.errors import EmqError, PayloadError, UnknownTaskError
-from emq_worker.jobs.producer import Producer
+from emq_worker.jobs.producer import Enqueued, Producer
 from emq_worker.jobs.tasks import load_app
 from emq_worker.protocol.ids import DEFAULT_NODE_ID
 
@@ -69,6 +69,7 @@ def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]
     type=click.Path(exists=True, file_okay=False),
     help="Directory put first on sys.path before --app is imported.",
 )
+@click.option("--json", "as_json", is_flag=True, help='Print {"job_id", "duplicate"} as JSON.')
 @redis_url_option
 @wire_version_option
 @click.option("--delay-ms", type=int, default=None, help="Run no sooner than this from now.")
@@ -114,6 +115,7 @@ def enqueue(
     kwargs: dict[str, object],
     app_path: str | None,
     app_dir: str,
+    as_json: bool,
     redis_url: str,
     wire_version: str,
     delay_ms: int | None,
@@ -130,7 +132,7 @@ def enqueue(
     if app_path:
         check_call(app_path, app_dir, task, kwargs)
 
-    async def send() -> str:
+    async def send() -> Enqueued:
         async with Producer.from_url(
             redis_url, node_id=node_id, wire_version=wire_version
         ) as producer:
@@ -146,9 +148,11 @@ def enqueue(
                 timeout_ms=timeout_ms,
                 result_ttl_ms=result_ttl_ms,
             )
-            return result.job_id + (" (duplicate)" if result.duplicate else "")
+            return result
 
     try:
-        click.echo(anyio.run(send))
+        sent = anyio.run(send)
     except (EmqError, RedisError) as exc:
         raise click.ClickException(failure_message(exc, redis_url)) from exc
+    text = sent.job_id + (" (duplicate)" if sent.duplicate else "")
+    report(as_json, text, {"queue": queue, "job_id": sent.job_id, "duplicate": sent.duplicate})

@@ -118,6 +118,14 @@ def dump_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
+def report(as_json: bool, text: str, facts: dict[str, Any]) -> None:
+    """What a command did: `text` for a person, or `facts` as JSON (--json)."""
+    if as_json:
+        dump_json(facts)
+    else:
+        click.echo(text)
+
+
 queues_option = click.option(
     "--queue",
     "-q",
