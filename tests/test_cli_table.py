@@ -238,3 +238,12 @@ def test_emq_queues_still_splits_on_commas_and_spaces() -> None:
     from emq_worker.cli.options import split_queues
 
     assert split_queues(("a,b c",)) == ("a", "b", "c")
+
+
+def test_emq_queues_splits_on_spaces_and_commas_where_the_flag_does_not(redis_url: str) -> None:
+    args = ["run", "--check", "--app", APP, "--redis-url", redis_url]
+    from_env = CliRunner().invoke(main, args, env={"EMQ_QUEUES": "t.e1 t.e2,t.e3"})
+    assert from_env.exit_code == 0, from_env.output
+    assert "queues: t.e1, t.e2, t.e3" in from_env.output
+    from_flag = CliRunner().invoke(main, [*args, "-q", "t.f1,t.f2"], env={"EMQ_QUEUES": ""})
+    assert "queues: t.f1, t.f2" in from_flag.output

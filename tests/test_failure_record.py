@@ -8,6 +8,8 @@ import json
 
 import anyio
 import httpx
+import pytest
+import structlog
 from click.testing import CliRunner
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
@@ -141,3 +143,17 @@ async def test_a_dead_retry_keeps_the_errors_from_before_it(
     shown = await inspect_output(job, queue_name, redis_url)
     assert "attempt 1 at" in shown, shown
     assert "attempt 2 at" in shown
+
+
+def test_a_console_log_prints_the_traceback_as_a_block(capsys: pytest.CaptureFixture[str]) -> None:
+    from emq_worker.observe import log
+
+    trace = 'Traceback (most recent call last):\n  File "jobs.py", line 3, in boom\nValueError: x\n'
+    try:
+        log.configure("console", "info")
+        log.get_logger().warning("job_dead", error="ValueError: x", traceback=trace)
+    finally:
+        structlog.reset_defaults()
+    err = capsys.readouterr().err
+    assert '  File "jobs.py", line 3, in boom\n' in err
+    assert "\\n" not in err
