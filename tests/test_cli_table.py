@@ -131,6 +131,24 @@ CASES = [
         "Invalid value for '--lease-ms' (env var: 'EMQ_LEASE_MS'): must be an integer >= 30; got 5",
         env=(("EMQ_LEASE_MS", "5"),),
     ),
+    Case(
+        "backoff-names-its-flag",
+        ("run", "-q", "orders", "--app", APP, "--backoff", "nonsense", "--redis-url", URL),
+        2,
+        "Invalid value for '--backoff' (env var: 'EMQ_BACKOFF'): must be fixed:MS",
+    ),
+    Case(
+        "http-names-its-flag",
+        ("run", "-q", "orders", "--app", APP, "--http", "nonsense", "--redis-url", URL),
+        2,
+        "Invalid value for '--http' (env var: 'EMQ_HTTP'): must be HOST:PORT",
+    ),
+    Case(
+        "queues-distinct-names-the-flag",
+        ("run", "-q", "a", "-q", "a", "--app", APP, "--redis-url", URL),
+        2,
+        "Invalid value for '--queue' / '-q' (env var: 'EMQ_QUEUES'): must be distinct",
+    ),
     # -- enqueue checks the arguments when it can see the task ---------------------------
     Case(
         "enqueue-missing-kwargs-with-app",

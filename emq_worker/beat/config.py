@@ -53,7 +53,7 @@ class WorkerSettings:
         for queue in self.queues:
             validate_queue_name(queue)
         if len(set(self.queues)) != len(self.queues):
-            raise ConfigError(f"queues must be distinct; got {list(self.queues)}")
+            raise ConfigError(f"queues must be distinct; got {list(self.queues)}", setting="queues")
         validate_url(self.redis_url)
         _at_least("concurrency", self.concurrency, 1)
         _at_least("lease_ms", self.lease_ms, 30)
@@ -74,9 +74,12 @@ class WorkerSettings:
                 setting="lease_ms",
             )
         if not self.wire_version:
-            raise ConfigError("wire_version must not be empty")
+            raise ConfigError("wire_version must not be empty", setting="wire_version")
         if self.http is not None:
-            parse_host_port(self.http)
+            try:
+                parse_host_port(self.http)
+            except ConfigError as exc:
+                raise ConfigError(str(exc), setting="http") from exc
 
     @property
     def renew_interval_ms(self) -> int:

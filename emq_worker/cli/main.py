@@ -220,6 +220,11 @@ def run(
     check: bool,
 ) -> None:
     """Run the worker daemon on one or more queues."""
+    ctx = click.get_current_context()
+    try:
+        policy = parse_backoff(backoff)
+    except ConfigError as exc:
+        raise usage_error(ctx, ConfigError(str(exc), setting="backoff")) from exc
     try:
         settings = WorkerSettings(
             queues=queues,
@@ -230,7 +235,7 @@ def run(
             renew_every_ms=renew_every_ms,
             grace_ms=grace_ms,
             max_attempts=max_attempts,
-            backoff=parse_backoff(backoff),
+            backoff=policy,
             job_timeout_ms=job_timeout_ms,
             wire_version=wire_version,
             burst=burst,
@@ -239,7 +244,7 @@ def run(
         )
         app = load_app(app_path, app_dir)
     except ConfigError as exc:
-        raise usage_error(click.get_current_context(), exc) from exc
+        raise usage_error(ctx, exc) from exc
     if check:
         sys.exit(run_check(settings, app))
     log.configure(log_format, log_level)
