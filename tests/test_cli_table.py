@@ -149,6 +149,24 @@ CASES = [
         2,
         "Invalid value for '--queue' / '-q' (env var: 'EMQ_QUEUES'): must be distinct",
     ),
+    Case(
+        "enqueue-bad-job-id",
+        ("enqueue", "-q", "orders", "noop", "--job-id", "bad", "--redis-url", URL),
+        2,
+        "Invalid value for '--job-id': not a branded id",
+    ),
+    Case(
+        "enqueue-negative-delay",
+        ("enqueue", "-q", "orders", "noop", "--delay-ms", "-5", "--redis-url", URL),
+        2,
+        "Invalid value for '--delay-ms': -5 is not in the range x>=0.",
+    ),
+    Case(
+        "repeat-every-zero",
+        ("repeat", "add", "r", "noop", "-q", "orders", "--every-ms", "0", "--redis-url", URL),
+        2,
+        "Invalid value for '--every-ms': 0 is not in the range x>=1.",
+    ),
     # -- enqueue checks the arguments when it can see the task ---------------------------
     Case(
         "enqueue-missing-kwargs-with-app",

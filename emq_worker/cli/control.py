@@ -176,7 +176,9 @@ def _repeat_verb(verb: str, help_text: str) -> click.Command:
 @click.argument("task")
 @click.argument("kwargs", default="{}", callback=json_object)
 @admin_queue_option
-@click.option("--every-ms", type=int, default=None, help="Mint a job every this many ms.")
+@click.option(
+    "--every-ms", type=click.IntRange(min=1), default=None, help="Mint a job every this many ms."
+)
 @click.option("--cron", default=None, help='A cron expression, UTC (e.g. "*/5 * * * *").')
 @json_option
 @redis_url_option

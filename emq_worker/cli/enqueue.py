@@ -4,11 +4,13 @@ argument")."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import click
 from redis.exceptions import RedisError
 
-from emq_worker.cli.operator import queue_name_callback, report
+from emq_worker.cli.operator import job_ids_callback, queue_name_callback, report
 from emq_worker.cli.options import (
     failure_message,
     json_object,
@@ -19,6 +21,11 @@ from emq_worker.errors import EmqError, PayloadError, UnknownTaskError
 from emq_worker.jobs.producer import Enqueued, Producer
 from emq_worker.jobs.tasks import load_app
 from emq_worker.protocol.ids import DEFAULT_NODE_ID
+
+
+def optional_job_id(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """A branded id, checked before anything connects (a usage error, exit 2)."""
+    return None if value is None else job_ids_callback(ctx, param, value)
 
 
 def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]) -> None:
@@ -72,8 +79,18 @@ def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]
 @click.option("--json", "as_json", is_flag=True, help='Print {"job_id", "duplicate"} as JSON.')
 @redis_url_option
 @wire_version_option
-@click.option("--delay-ms", type=int, default=None, help="Run no sooner than this from now.")
-@click.option("--job-id", default=None, help="A caller-chosen JOB id (idempotent).")
+@click.option(
+    "--delay-ms",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Run no sooner than this from now.",
+)
+@click.option(
+    "--job-id",
+    default=None,
+    callback=optional_job_id,
+    help="A caller-chosen JOB id (idempotent).",
+)
 @click.option(
     "--dedup-id",
     default=None,
