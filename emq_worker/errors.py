@@ -10,7 +10,15 @@ class EmqError(Exception):
 
 
 class ConfigError(EmqError, ValueError):
-    """A setting, flag or URL is out of range or malformed."""
+    """A setting, flag or URL is out of range or malformed.
+
+    `setting` names the WorkerSettings field at fault, when there is one, so the command line
+    can name the flag and variable that set it; the message then starts with that name.
+    """
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class QueueNameError(ConfigError):

@@ -25,13 +25,13 @@ def run(*args: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        # Whitespace and commas separate queues (the EMQ_QUEUES syntax): 'name!' is the bad one.
-        (["--queue", "bad name!", "--app", APP, "--redis-url", URL], "got 'name!'"),
+        # On the command line a space does not split queues: 'bad name!' is one, bad, name.
+        (["--queue", "bad name!", "--app", APP, "--redis-url", URL], "got 'bad name!'"),
         (["--queue", "bad/name", "--app", APP, "--redis-url", URL], "got 'bad/name'"),
         (["--queue", "orders", "--app", APP, "--redis-url", "http://x"], "'http'"),
         (["--queue", "orders", "--app", "nosuch:app", "--redis-url", URL], "'nosuch'"),
         (["--queue", "orders", "--app", "tests.apps.ledger:nope", "--redis-url", URL], "'tests"),
-        (["--queue", "orders", "--app", APP, "--lease-ms", "5"], "lease_ms"),
+        (["--queue", "orders", "--app", APP, "--lease-ms", "5"], "'--lease-ms'"),
     ],
     ids=["queue-with-space", "queue", "url-scheme", "app-module", "app-attribute", "lease"],
 )

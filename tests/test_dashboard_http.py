@@ -125,6 +125,7 @@ async def test_every_queue_is_listed_with_its_depths_and_counters(
         "scheduled": 0,
         "dead": 1,
         "completed": 1,
+        "dead_lettered": 1,
         "failed": 1,
     }
     for html in (page.text, fragment.text):

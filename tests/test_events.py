@@ -57,13 +57,14 @@ async def test_claim_and_settle_publish_each_transition_in_one_shape(
         first, second = (HeldLease(job.id, job.token, job.nonce) for job in claimed)
         await queue.settle([Failure(second, 0, 3, "boom")], RECEIPT_MS)
         await queue.complete(first, RECEIPT_MS)
-        events = await next_events(stream, 4)
+        events = await next_events(stream, 5)
         after = await server_now_ms(client)
 
     assert [(e.event, e.job_id, e.attempts) for e in events] == [
         ("claimed", done, 1),
         ("claimed", retried, 1),
-        ("failed", retried, 1),
+        ("retried", retried, 1),
+        ("failed", retried, 1),  # the old name of retried, published too
         ("completed", done, 1),
     ]
     for event in events:
@@ -72,7 +73,8 @@ async def test_claim_and_settle_publish_each_transition_in_one_shape(
         assert before <= event.at_ms <= after
     assert events[2].data["outcome"] == "pending"
     assert events[2].data["error"] == "boom"
-    assert set(events[3].data) == {"event", "queue", "job_id", "job", "attempts", "at_ms"}
+    assert {**events[3].data, "event": "retried"} == events[2].data
+    assert set(events[4].data) == {"event", "queue", "job_id", "job", "attempts", "at_ms"}
 
 
 async def test_dead_reaped_and_fenced_events(

@@ -280,7 +280,8 @@ def test_a_bad_http_address_is_rejected_by_name(command: str) -> None:
     extra = ["--queue", "q", "--app", "nowhere:app"] if command == "run" else []
     result = invoke(command, *extra, "--http", "localhost")
     assert result.exit_code == 2
-    assert "http must be HOST:PORT" in result.output
+    assert "--http" in result.output
+    assert "must be HOST:PORT" in result.output
     assert "'localhost'" in result.output
 
 

@@ -7,9 +7,11 @@ goes through `escape`, so a payload cannot drive the terminal.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Sequence
 
 from emq_worker.admin.dead import DeadJob
+from emq_worker.admin.lookup import CompletedJob
 from emq_worker.admin.verbs import COUNT_FIELDS, PAYLOAD_SHOWN, Discovery, Inspection, QueueStats
 from emq_worker.protocol.names import Field
 from emq_worker.server.scan import SCAN_COUNT
@@ -56,10 +58,40 @@ def _when(ms: int, now_ms: int) -> str:
     return f"{stamp} ({'in ' if delta >= 0 else ''}{abs(delta):.1f} s{' ago' if delta < 0 else ''})"
 
 
+FAILURE_FIELDS = (Field.ERROR_HISTORY, Field.LAST_TRACEBACK)
+"""Row fields `inspect` shows as blocks of their own after the table, not as one line."""
+
+
+def error_history(value: str) -> list[dict[str, object]]:
+    """The row's error_history, or [] when it does not decode (never an error: a diagnostic)."""
+    try:
+        history = json.loads(value)
+    except ValueError:
+        return []
+    return [h for h in history if isinstance(h, dict)] if isinstance(history, list) else []
+
+
+def _failure_blocks(job: Inspection) -> list[str]:
+    blocks = []
+    history = error_history(job.row.get(Field.ERROR_HISTORY, ""))
+    if history:
+        blocks.append("errors (the last attempts, oldest first):")
+        for entry in history:
+            at = entry.get("at_ms")
+            when = _when(at, job.server_now_ms) if isinstance(at, int) else "?"
+            error = escape(str(entry.get("error", "")))
+            blocks.append(f"  attempt {entry.get('attempt', '?')} at {when}: {error}")
+    trace = job.row.get(Field.LAST_TRACEBACK)
+    if trace:
+        blocks.append("traceback (the last failed attempt):")
+        blocks += [f"  {escape(line)}" for line in trace.rstrip("\n").split("\n")]
+    return blocks
+
+
 def render_inspection(job: Inspection) -> str:
     lines = [("job", job.job_id), ("queue", job.queue), ("where", job.where)]
-    known = [f for f in Field if f in job.row]
-    fields = [*known, *sorted(set(job.row) - set(known))]
+    known = [f for f in Field if f in job.row and f not in FAILURE_FIELDS]
+    fields = [*known, *sorted(set(job.row) - set(Field))]
     lines += [(name, escape(job.row[name])) for name in fields]
     if job.lease_deadline_ms is not None:
         lines.append(("lease", "deadline " + _when(job.lease_deadline_ms, job.server_now_ms)))
@@ -72,6 +104,22 @@ def render_inspection(job: Inspection) -> str:
     if len(job.payload) > PAYLOAD_SHOWN:
         shown += f" ... ({job.payload_bytes} bytes in all)"
     lines.append(("payload", shown))
+    width = max(len(name) for name, _ in lines)
+    table_lines = [f"{name.ljust(width)}  {value}" for name, value in lines]
+    return "\n".join([*table_lines, *_failure_blocks(job)])
+
+
+def render_completed(job: CompletedJob) -> str:
+    expires = (
+        "no expiry" if job.expires_in_ms is None else f"expires in {job.expires_in_ms / 1000:.1f} s"
+    )
+    shown = job.error or json.dumps(job.value, ensure_ascii=False)
+    lines = [
+        ("job", job.job_id),
+        ("queue", job.queue),
+        ("where", "completed (result stored)"),
+        ("result", f"{escape(shown[:PAYLOAD_SHOWN])} ({expires})"),
+    ]
     width = max(len(name) for name, _ in lines)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in lines)
 

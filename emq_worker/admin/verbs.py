@@ -26,7 +26,9 @@ from emq_worker.server.scan import SCAN_BUDGET, SCAN_COUNT, BoundedScan
 
 PAYLOAD_SHOWN = 2000
 """Characters of a payload `inspect` shows; the rest is summarised."""
-COUNT_FIELDS = ("pending", "active", "scheduled", "dead", "completed", "failed")
+COUNT_FIELDS = ("pending", "active", "scheduled", "dead", "completed", "dead_lettered")
+"""What stats shows: the four depths, then two counters (completed; dead_lettered, every move to
+dead so far, which the metrics:failed key counts and the JSON also gives as `failed`)."""
 
 
 class AdminError(EmqError):
@@ -118,6 +120,7 @@ class QueueStats:
 
     def as_dict(self) -> dict[str, Any]:
         values = {name: getattr(self.counts, name) for name in COUNT_FIELDS}
+        values["failed"] = self.counts.failed  # the old name of dead_lettered, for scripts
         error = {"error": self.error} if self.error else {}
         return {"queue": self.queue, "paused": self.paused, **values, **error}
 

@@ -60,7 +60,7 @@ class WorkerSettings:
         for queue in self.queues:
             validate_queue_name(queue)
         if len(set(self.queues)) != len(self.queues):
-            raise ConfigError(f"queues must be distinct; got {list(self.queues)}")
+            raise ConfigError(f"queues must be distinct; got {list(self.queues)}", setting="queues")
         validate_url(self.redis_url)
         _at_least("concurrency", self.concurrency, 1)
         _at_least("lease_ms", self.lease_ms, 30)
@@ -79,12 +79,16 @@ class WorkerSettings:
         if self.renew_every_ms and self.lease_ms < 3 * self.renew_every_ms:
             raise ConfigError(
                 f"lease_ms must be at least 3 x renew_every_ms so a missed tick is survived; "
-                f"got lease_ms={self.lease_ms}, renew_every_ms={self.renew_every_ms}"
+                f"got lease_ms={self.lease_ms}, renew_every_ms={self.renew_every_ms}",
+                setting="lease_ms",
             )
         if not self.wire_version:
-            raise ConfigError("wire_version must not be empty")
+            raise ConfigError("wire_version must not be empty", setting="wire_version")
         if self.http is not None:
-            parse_host_port(self.http)
+            try:
+                parse_host_port(self.http)
+            except ConfigError as exc:
+                raise ConfigError(str(exc), setting="http") from exc
 
     @property
     def renew_interval_ms(self) -> int:
@@ -98,4 +102,4 @@ class WorkerSettings:
 
 def _at_least(name: str, value: int, low: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}; got {value!r}")
+        raise ConfigError(f"{name} must be an integer >= {low}; got {value!r}", setting=name)

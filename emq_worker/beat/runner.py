@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,18 @@ from emq_worker.protocol.names import Field
 from emq_worker.protocol.queue import Completion, Failure, Outcome
 from emq_worker.protocol.replies import ClaimedJob
 from emq_worker.retry import delay_ms
+
+TRACE_BYTES = 8 * 1024
+"""The most of a handler's traceback a failed job's row keeps: its end, where the error is."""
+
+
+def bounded_trace(exc: BaseException) -> str:
+    """The formatted traceback (with its causes), cut to its last TRACE_BYTES bytes."""
+    trace = "".join(traceback.format_exception(exc)).encode("utf-8", "replace")
+    if len(trace) <= TRACE_BYTES:
+        return trace.decode()
+    cut = b"... (traceback cut to its last 8 KB)\n"
+    return (cut + trace[len(cut) - TRACE_BYTES :]).decode("utf-8", "ignore")
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +168,10 @@ class JobRunner:
                 return None
             return Failure(lease.held, 0, 0, CANCELLED)
         except Exception as exc:
+            trace = bounded_trace(exc)
             if timer.expired():
-                return await self._failure(lease, call, f"timed out after {timeout_ms} ms")
-            return await self._failure(lease, call, f"{type(exc).__name__}: {exc}")
+                return await self._failure(lease, call, f"timed out after {timeout_ms} ms", trace)
+            return await self._failure(lease, call, f"{type(exc).__name__}: {exc}", trace)
         ttl_ms = call.policy.result_ttl_ms
         if not ttl_ms:
             return Completion(lease.held)  # the common case: no result is kept
@@ -177,11 +191,11 @@ class JobRunner:
             )
         return data
 
-    async def _failure(self, lease: Lease, call: Call, error: str) -> Failure:
+    async def _failure(self, lease: Lease, call: Call, error: str, trace: str) -> Failure:
         policy = call.policy
         attempt = await self._attempt_in_budget(lease)
         delay = delay_ms(policy.backoff, attempt, self.rng)
-        return Failure(lease.held, delay, policy.max_attempts, error)
+        return Failure(lease.held, delay, policy.max_attempts, error, trace)
 
     async def _attempt_in_budget(self, lease: Lease) -> int:
         """The attempt counted from the job's last `dead retry` (which records attempts_base),

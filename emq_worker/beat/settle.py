@@ -137,7 +137,13 @@ class SettleBatcher:
         if result.detail == "dead":
             self.counters.dead_lettered += 1
             self._settled(handover, "dead_lettered")
-            self.log.warning("job_dead", error=outcome.error, repeated=repeated, **facts)
+            self.log.warning(
+                "job_dead",
+                error=outcome.error,
+                traceback=outcome.trace or None,
+                repeated=repeated,
+                **facts,
+            )
         else:
             self.counters.retried += 1
             self._settled(handover, "retried")
@@ -146,6 +152,7 @@ class SettleBatcher:
                 to=result.detail,
                 delay_ms=outcome.delay_ms,
                 error=outcome.error,
+                traceback=outcome.trace or None,
                 repeated=repeated,
                 **facts,
             )

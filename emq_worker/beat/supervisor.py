@@ -141,8 +141,10 @@ class Supervisor:
         drained = await self.drainer.drain(jobs)
         if self._woken and drained.claimed == 0:
             # Woken with nothing to claim: the wake announced a scheduled job (or a retry
-            # scheduled by a worker); promote learns its due time so the park ends on time.
+            # scheduled by a worker), or a repeat registered or resumed; promote and the repeat
+            # firer learn their due times so the park ends on time.
             await self.promote()
+            await self.fire_repeats()
         self._woken = False
         idle = drained.claimed == 0 and len(self.book) == 0 and self._next_due is None
         idle = idle and self.drainer.limited_until is None  # held back by a limit is not idle

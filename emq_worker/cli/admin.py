@@ -13,22 +13,27 @@ from typing import Any
 import click
 from redis.asyncio import Redis
 
-from emq_worker.admin import render, verbs
+from emq_worker.admin import lookup, render, verbs
 from emq_worker.beat.presence import live_workers
-from emq_worker.cli.dead import dead
+from emq_worker.cli.dead import clear, dead
 from emq_worker.cli.operator import (
     admin_queue_option,
     dump_json,
     job_ids_callback,
+    job_queue_option,
     json_option,
+    on_job_queue,
     on_queue,
-    queue_name_callback,
+    optional_queue_name,
     queues_option,
+    report,
     run_admin,
 )
 from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.cli.queue_ops import drain, obliterate
+from emq_worker.cli.results import result
 from emq_worker.protocol.names import JobId
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 
 
@@ -38,7 +43,8 @@ from emq_worker.protocol.scripts import Scripts
 @redis_url_option
 @wire_version_option
 def stats(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: str) -> None:
-    """Depths (pending, active, scheduled, dead) and counters (completed, failed) per queue."""
+    """Depths (pending, active, scheduled, dead) and counters (completed, dead_lettered) per
+    queue; the JSON also gives dead_lettered as `failed`, its old name."""
     rows, found = run_admin(
         redis_url, wire_version, lambda client, scripts: verbs.stats(client, scripts, queues)
     )
@@ -53,56 +59,100 @@ def stats(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: 
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@admin_queue_option
+@job_queue_option
 @json_option
 @redis_url_option
 @wire_version_option
-def inspect(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
-    """Show JOB_ID: its row, where it is, its lease, lock and scheduled time."""
-    job = on_queue(redis_url, wire_version, queue, lambda q: verbs.inspect_job(q, job_id))
+def inspect(
+    job_id: JobId, queue: str | None, as_json: bool, redis_url: str, wire_version: str
+) -> None:
+    """Show JOB_ID: its row, where it is, its lease, lock and scheduled time, and for a failed
+    job its recent errors and traceback; for a completed job, its stored result."""
+
+    async def read(q: Queue) -> verbs.Inspection | lookup.CompletedJob:
+        try:
+            return await verbs.inspect_job(q, job_id)
+        except verbs.UnknownJobError:
+            completed = await lookup.completed_job(q, job_id)
+            if completed is None:
+                raise
+            return completed
+
+    _, job = on_job_queue(redis_url, wire_version, queue, job_id, read)
     if as_json:
         dump_json(job.as_dict())
+    elif isinstance(job, lookup.CompletedJob):
+        click.echo(render.render_completed(job))
     else:
         click.echo(render.render_inspection(job))
 
 
-def _set_paused(queue: str, paused: bool, redis_url: str, wire_version: str) -> None:
-    was = on_queue(redis_url, wire_version, queue, lambda q: verbs.set_paused(q, paused))
+def _set_paused(queue: str, paused: bool, as_json: bool, redis_url: str, wire_version: str) -> None:
+    # Not on_queue: a queue with no keys yet may be paused before its first job.
+    was = run_admin(
+        redis_url,
+        wire_version,
+        lambda client, scripts: verbs.set_paused(Queue(client, scripts, queue), paused),
+    )
     if was == paused:
-        click.echo(f"queue {queue!r} was already {'paused' if paused else 'running'}")
+        text = f"queue {queue!r} was already {'paused' if paused else 'running'}"
     elif paused:
-        click.echo(f"paused queue {queue!r}; running workers stop claiming at their next claim")
+        text = f"paused queue {queue!r}; running workers stop claiming at their next claim"
     else:
-        click.echo(f"resumed queue {queue!r}")
+        text = f"resumed queue {queue!r}"
+    report(as_json, text, {"queue": queue, "paused": paused, "was_paused": was})
+
+
+def _one_queue(positional: str | None, option: str | None) -> str:
+    """QUEUE or -q/--queue (both accepted: every other command takes -q)."""
+    if positional and option and positional != option:
+        raise click.UsageError(f"two queues named: {positional!r} and --queue {option!r}")
+    name = positional or option
+    if not name:
+        raise click.UsageError("name the queue: -q QUEUE (or QUEUE)")
+    return name
+
+
+queue_argument = click.argument(
+    "queue_arg", metavar="[QUEUE]", required=False, callback=optional_queue_name
+)
+queue_flag = click.option(
+    "--queue",
+    "-q",
+    "queue_opt",
+    default=None,
+    show_envvar=True,
+    envvar="EMQ_QUEUE",
+    callback=optional_queue_name,
+    help="The queue (or give it as QUEUE).",
+)
 
 
 @click.command()
-@click.argument("queue", callback=queue_name_callback)
+@queue_argument
+@queue_flag
+@json_option
 @redis_url_option
 @wire_version_option
-def pause(queue: str, redis_url: str, wire_version: str) -> None:
-    """Stop workers claiming from QUEUE (the jobs they hold run on)."""
-    _set_paused(queue, True, redis_url, wire_version)
+def pause(
+    queue_arg: str | None, queue_opt: str | None, as_json: bool, redis_url: str, wire_version: str
+) -> None:
+    """Stop workers claiming from QUEUE (the jobs they hold run on). A queue with no keys yet
+    can be paused: its first jobs then wait."""
+    _set_paused(_one_queue(queue_arg, queue_opt), True, as_json, redis_url, wire_version)
 
 
 @click.command()
-@click.argument("queue", callback=queue_name_callback)
+@queue_argument
+@queue_flag
+@json_option
 @redis_url_option
 @wire_version_option
-def resume(queue: str, redis_url: str, wire_version: str) -> None:
+def resume(
+    queue_arg: str | None, queue_opt: str | None, as_json: bool, redis_url: str, wire_version: str
+) -> None:
     """Let workers claim from QUEUE again."""
-    _set_paused(queue, False, redis_url, wire_version)
-
-
-@click.command()
-@click.argument("job_id", callback=job_ids_callback)
-@admin_queue_option
-@redis_url_option
-@wire_version_option
-def remove(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None:
-    """Delete JOB_ID (row, subkeys, set member); refused while a worker holds it."""
-    on_queue(redis_url, wire_version, queue, lambda q: verbs.remove_job(q, job_id))
-    click.echo(f"removed {job_id} from queue {queue!r}")
+    _set_paused(_one_queue(queue_arg, queue_opt), False, as_json, redis_url, wire_version)
 
 
 @click.command()
@@ -111,14 +161,31 @@ def remove(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None
 @json_option
 @redis_url_option
 @wire_version_option
-def logs(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+def remove(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+    """Delete JOB_ID (row, subkeys, set member); refused while a worker holds it."""
+    on_queue(redis_url, wire_version, queue, lambda q: verbs.remove_job(q, job_id))
+    text = f"removed {job_id} from queue {queue!r}"
+    report(as_json, text, {"queue": queue, "job_id": job_id, "removed": True})
+
+
+@click.command()
+@click.argument("job_id", callback=job_ids_callback)
+@job_queue_option
+@json_option
+@redis_url_option
+@wire_version_option
+def logs(
+    job_id: JobId, queue: str | None, as_json: bool, redis_url: str, wire_version: str
+) -> None:
     """Print JOB_ID's job log (the lines its handler appended with ctx.append_log), oldest
     first. A completed or removed job's log is gone with it; a dead job keeps its log."""
-    lines = on_queue(redis_url, wire_version, queue, lambda q: verbs.job_logs(q, job_id))
+    name, lines = on_job_queue(
+        redis_url, wire_version, queue, job_id, lambda q: verbs.job_logs(q, job_id)
+    )
     if as_json:
-        dump_json({"queue": queue, "job_id": job_id, "lines": lines})
+        dump_json({"queue": name, "job_id": job_id, "lines": lines})
     elif not lines:
-        click.echo(f"no log lines for {job_id} in queue {queue!r}")
+        click.echo(f"no log lines for {job_id} in queue {name!r}")
     else:
         click.echo("\n".join(render.escape(line) for line in lines))
 
@@ -166,23 +233,27 @@ def workers(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
 @admin_queue_option
+@json_option
 @redis_url_option
 @wire_version_option
-def cancel(job_id: JobId, queue: str, redis_url: str, wire_version: str) -> None:
+def cancel(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
     """Stop the running JOB_ID: its worker cancels it at its next renewal tick and settles it
     dead with last_error "cancelled by an operator"."""
     on_queue(redis_url, wire_version, queue, lambda q: verbs.cancel_job(q, job_id))
-    click.echo(
+    text = (
         f"cancel requested for {job_id} in queue {queue!r}; its worker stops it within one "
         "renewal tick (a third of the lease)"
     )
+    report(as_json, text, {"queue": queue, "job_id": job_id, "cancel_requested": True})
 
 
 COMMANDS: tuple[click.Command, ...] = (
     stats,
     inspect,
+    result,
     logs,
     dead,
+    clear,
     pause,
     resume,
     remove,

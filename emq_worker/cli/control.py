@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import Any
 
 import anyio
 import click
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from emq_worker.cli.operator import admin_queue_option, dump_json, json_option, run_admin
+from emq_worker.admin import render
+from emq_worker.cli.operator import (
+    admin_queue_option,
+    dump_json,
+    json_option,
+    report,
+    run_admin,
+)
 from emq_worker.cli.options import json_object, redis_url_option, wire_version_option
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.jobs import events as events_module
@@ -126,28 +134,38 @@ def repeat_list(queue: str, as_json: bool, redis_url: str, wire_version: str) ->
     if not found:
         click.echo(f"no repeatable jobs on queue {queue!r}")
         return
-    for info in found:
-        state = "paused" if info.paused else f"next {_when(info.next_due_ms)}"
-        click.echo(f"{info.name}\t{info.schedule}\t{state}\tminted {info.minted}")
+    rows = [
+        (
+            info.name,
+            str(info.schedule),
+            "paused" if info.paused else "active",
+            "-" if info.paused else _when(info.next_due_ms),
+            info.minted,
+        )
+        for info in found
+    ]
+    click.echo(render.table(("name", "schedule", "state", "next", "minted"), rows))
 
 
 def _repeat_verb(verb: str, help_text: str) -> click.Command:
     @click.argument("name", callback=_repeat_name)
     @admin_queue_option
+    @json_option
     @redis_url_option
     @wire_version_option
-    def command(name: str, queue: str, redis_url: str, wire_version: str) -> None:
-        async def work(client: Redis, scripts: Scripts) -> str:
+    def command(name: str, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+        async def work(client: Redis, scripts: Scripts) -> tuple[str, dict[str, Any]]:
             if verb == "remove":
                 if not await repeat.remove_repeat(client, queue, name):
                     raise ConfigError(f"no repeat named {name!r} on queue {queue!r}")
-                return f"removed repeat {name!r} from queue {queue!r} (jobs it minted stay)"
+                text = f"removed repeat {name!r} from queue {queue!r} (jobs it minted stay)"
+                return text, {"queue": queue, "name": name, "removed": True}
             change = repeat.pause_repeat if verb == "pause" else repeat.resume_repeat
             info = await change(client, queue, name)
             state = "paused" if info.paused else f"next due {_when(info.next_due_ms)}"
-            return f"repeat {name!r} on queue {queue!r}: {state}"
+            return f"repeat {name!r} on queue {queue!r}: {state}", info.as_dict()
 
-        click.echo(run_admin(redis_url, wire_version, work))
+        report(as_json, *run_admin(redis_url, wire_version, work))
 
     command.__doc__ = help_text
     return repeat_group.command(verb)(command)
@@ -158,8 +176,11 @@ def _repeat_verb(verb: str, help_text: str) -> click.Command:
 @click.argument("task")
 @click.argument("kwargs", default="{}", callback=json_object)
 @admin_queue_option
-@click.option("--every-ms", type=int, default=None, help="Mint a job every this many ms.")
+@click.option(
+    "--every-ms", type=click.IntRange(min=1), default=None, help="Mint a job every this many ms."
+)
 @click.option("--cron", default=None, help='A cron expression, UTC (e.g. "*/5 * * * *").')
+@json_option
 @redis_url_option
 @wire_version_option
 def repeat_add(
@@ -169,6 +190,7 @@ def repeat_add(
     queue: str,
     every_ms: int | None,
     cron: str | None,
+    as_json: bool,
     redis_url: str,
     wire_version: str,
 ) -> None:
@@ -185,7 +207,7 @@ def repeat_add(
 
     info = run_admin(redis_url, wire_version, work)
     state = "paused" if info.paused else f"next due {_when(info.next_due_ms)}"
-    click.echo(f"repeat {name!r} on queue {queue!r}: {info.schedule}; {state}")
+    report(as_json, f"repeat {name!r} on queue {queue!r}: {info.schedule}; {state}", info.as_dict())
 
 
 _repeat_verb("pause", "Stop minting the repeat NAME (jobs already minted run on).")

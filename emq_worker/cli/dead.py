@@ -8,6 +8,7 @@ import click
 
 from emq_worker.admin import dead as dead_letter
 from emq_worker.admin import render
+from emq_worker.admin.clear import clear_pending
 from emq_worker.cli.operator import (
     admin_queue_option,
     dump_json,
@@ -55,10 +56,14 @@ def _chosen(job_ids: tuple[JobId, ...], every: bool) -> tuple[JobId, ...] | None
     return None if every else job_ids
 
 
-def _report(result: dead_letter.BulkResult, verb: str, queue: str) -> None:
-    click.echo(f"{verb} {result.done} dead job(s) in queue {queue!r}")
-    for job_id, why in result.skipped:
-        click.echo(f"skipped {job_id}: {why}", err=True)
+def _report(result: dead_letter.BulkResult, verb: str, queue: str, as_json: bool) -> None:
+    if as_json:
+        skipped = [{"id": job_id, "why": why} for job_id, why in result.skipped]
+        dump_json({"queue": queue, verb: result.done, "skipped": skipped})
+    else:
+        click.echo(f"{verb} {result.done} dead job(s) in queue {queue!r}")
+        for job_id, why in result.skipped:
+            click.echo(f"skipped {job_id}: {why}", err=True)
     if result.skipped:
         sys.exit(1)
 
@@ -67,15 +72,21 @@ def _report(result: dead_letter.BulkResult, verb: str, queue: str) -> None:
 @job_ids_argument
 @all_option
 @admin_queue_option
+@json_option
 @redis_url_option
 @wire_version_option
 def dead_retry(
-    job_ids: tuple[JobId, ...], every: bool, queue: str, redis_url: str, wire_version: str
+    job_ids: tuple[JobId, ...],
+    every: bool,
+    queue: str,
+    as_json: bool,
+    redis_url: str,
+    wire_version: str,
 ) -> None:
     """Return dead jobs to pending with a fresh retry budget."""
     chosen = _chosen(job_ids, every)
     result = on_queue(redis_url, wire_version, queue, lambda q: dead_letter.retry_dead(q, chosen))
-    _report(result, "retried", queue)
+    _report(result, "retried", queue, as_json)
 
 
 @dead.command("purge")
@@ -83,6 +94,7 @@ def dead_retry(
 @all_option
 @admin_queue_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
 @redis_url_option
 @wire_version_option
 def dead_purge(
@@ -90,6 +102,7 @@ def dead_purge(
     every: bool,
     queue: str,
     yes: bool,
+    as_json: bool,
     redis_url: str,
     wire_version: str,
 ) -> None:
@@ -101,9 +114,42 @@ def dead_purge(
 
     todo = on_queue(redis_url, wire_version, queue, count)
     if todo == 0:
-        click.echo(f"no dead jobs in queue {queue!r}")
+        if as_json:
+            _report(dead_letter.BulkResult(), "purged", queue, as_json)
+        else:
+            click.echo(f"no dead jobs in queue {queue!r}")
         return
     if not yes:
         click.confirm(f"Delete {todo} dead job(s) from queue {queue!r} for good?", abort=True)
     result = on_queue(redis_url, wire_version, queue, lambda q: dead_letter.purge_dead(q, chosen))
-    _report(result, "purged", queue)
+    _report(result, "purged", queue, as_json)
+
+
+@click.command("clear")
+@admin_queue_option
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@redis_url_option
+@wire_version_option
+def clear(queue: str, yes: bool, as_json: bool, redis_url: str, wire_version: str) -> None:
+    """Empty QUEUE: delete every pending job (held, scheduled and dead jobs stay; a job claimed
+    meanwhile is left to its worker)."""
+
+    async def count(q: Queue) -> int:
+        return (await q.counts()).pending
+
+    todo = on_queue(redis_url, wire_version, queue, count)
+    if todo and not yes:
+        click.confirm(f"Delete {todo} pending job(s) from queue {queue!r}?", abort=True)
+    result = (
+        on_queue(redis_url, wire_version, queue, clear_pending)
+        if todo
+        else dead_letter.BulkResult()
+    )
+    if as_json:
+        skipped = [{"id": job_id, "why": why} for job_id, why in result.skipped]
+        dump_json({"queue": queue, "deleted": result.done, "skipped": skipped})
+        return
+    click.echo(f"deleted {result.done} pending job(s) from queue {queue!r}")
+    for job_id, why in result.skipped:
+        click.echo(f"skipped {job_id}: {why}", err=True)

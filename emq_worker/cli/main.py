@@ -5,35 +5,30 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import anyio
 import click
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.beat import daemon
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.cli import admin, control
+from emq_worker.cli.check import run_check
 from emq_worker.cli.dashboard import dashboard as dashboard_command
 from emq_worker.cli.demo import demo as demo_command
 from emq_worker.cli.dev import dev as dev_command
+from emq_worker.cli.enqueue import enqueue as enqueue_command
 from emq_worker.cli.health import health as health_command
 from emq_worker.cli.options import (
-    json_object,
+    failure_message,
+    queue_names,
     redis_url_option,
-    split_queues,
+    usage_error,
     wire_version_option,
 )
-from emq_worker.errors import EmqError
-from emq_worker.jobs.producer import Producer
+from emq_worker.errors import ConfigError, EmqError
 from emq_worker.jobs.tasks import load_app, with_raw_tasks
 from emq_worker.observe import log
-from emq_worker.protocol.ids import DEFAULT_NODE_ID
-from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.retry import format_backoff, parse_backoff
-from emq_worker.server.connection import redacted
-from emq_worker.server.failures import describe, exit_code_for, fatal
-from emq_worker.server.reach import ServerUnreachableError, explain
+from emq_worker.server.failures import exit_code_for
 
 DEFAULTS = WorkerSettings(queues=("default",))
 
@@ -41,7 +36,17 @@ DEFAULTS = WorkerSettings(queues=("default",))
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="emq-worker")
 def main() -> None:
-    """emq-worker: an asyncio worker for EchoMQ queues on Valkey/Redis."""
+    """emq-worker: an asyncio worker for EchoMQ queues on Valkey/Redis.
+
+    \b
+    Every command that talks to Redis takes --redis-url (EMQ_REDIS_URL):
+      redis://[user:pass@]host:port/db, rediss:// (TLS) or unix:///path?db=N;
+      redis+cluster://HOST:PORT,HOST:PORT,... (rediss+cluster:// for TLS) for a
+      Redis/Valkey Cluster given by seed nodes; or @PATH to read the URL from a
+      file (a Docker or systemd secret). A URL without a password takes one from
+      EMQ_REDIS_PASSWORD_FILE, $CREDENTIALS_DIRECTORY/redis-password or
+      /run/secrets/redis-password. Keep passwords off the command line.
+    """
 
 
 @main.command()
@@ -53,7 +58,8 @@ def main() -> None:
     required=True,
     show_envvar=True,
     envvar="EMQ_QUEUES",
-    help="Queue to serve; repeat for several, served in the order given.",
+    callback=queue_names,
+    help="Queue to serve; repeat for several (or a,b), served in the order given.",
 )
 @click.option(
     "--app",
@@ -61,7 +67,7 @@ def main() -> None:
     show_envvar=True,
     envvar="EMQ_APP",
     required=True,
-    help="module:attribute of the emq_worker.App with the handlers.",
+    help="module[:attribute] of the emq_worker.App with the handlers (attribute: app).",
 )
 @click.option(
     "--app-dir",
@@ -216,6 +222,12 @@ def main() -> None:
     show_default=True,
     help="At start, retry a dropped, refused or timed-out connection this long before exiting 1.",
 )
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Import the app and list its tasks, ping the server, check the version fence; "
+    "exit 0 or 1 without serving.",
+)
 def run(
     queues: tuple[str, ...],
     app_path: str,
@@ -238,11 +250,17 @@ def run(
     handoff: bool,
     http: str | None,
     connect_wait_ms: int,
+    check: bool,
 ) -> None:
     """Run the worker daemon on one or more queues."""
+    ctx = click.get_current_context()
+    try:
+        policy = parse_backoff(backoff)
+    except ConfigError as exc:
+        raise usage_error(ctx, ConfigError(str(exc), setting="backoff")) from exc
     try:
         settings = WorkerSettings(
-            queues=split_queues(queues),
+            queues=queues,
             redis_url=redis_url,
             concurrency=concurrency,
             lease_ms=lease_ms,
@@ -250,7 +268,7 @@ def run(
             renew_every_ms=renew_every_ms,
             grace_ms=grace_ms,
             max_attempts=max_attempts,
-            backoff=parse_backoff(backoff),
+            backoff=policy,
             job_timeout_ms=job_timeout_ms,
             completed_ttl_ms=completed_ttl_ms,
             wire_version=wire_version,
@@ -260,132 +278,22 @@ def run(
             connect_wait_ms=connect_wait_ms,
         )
         app = with_raw_tasks(load_app(app_path, app_dir), raw_tasks, settings.queues)
-    except EmqError as exc:
-        raise click.UsageError(str(exc)) from exc
+    except ConfigError as exc:
+        raise usage_error(ctx, exc) from exc
+    if check:
+        sys.exit(run_check(settings, app))
     log.configure(log_format, log_level)
     try:
         code = daemon.run(settings, app)
     except (EmqError, RedisError) as exc:
-        message = _failure(exc, settings.redis_url)
+        message = failure_message(exc, settings.redis_url)
         log.get_logger().error("worker_failed", error=message)
         click.echo(f"Error: {message}", err=True)
         sys.exit(exit_code_for(exc) or daemon.EXIT_FATAL)
     sys.exit(code)
 
 
-def _failure(exc: Exception, redis_url: str) -> str:
-    """What went wrong, naming the server (never its password)."""
-    if isinstance(exc, EmqError):
-        cause = exc.__cause__
-        return f"{exc}; {describe(cause)}" if cause is not None and fatal(cause) else str(exc)
-    return f"Redis at {redacted(redis_url)}: {describe(exc)}"
-
-
-@main.command()
-@click.option(
-    "--queue", "-q", required=True, show_envvar=True, envvar="EMQ_QUEUE", help="The queue."
-)
-@click.argument("task")
-@click.argument("kwargs", default="{}", callback=json_object)
-@redis_url_option
-@wire_version_option
-@click.option("--delay-ms", type=int, default=None, help="Run no sooner than this from now.")
-@click.option(
-    "--job-id",
-    default=None,
-    help="A caller-chosen JOB id: idempotent while the job lives and for the workers' "
-    "--completed-ttl-ms after it completed.",
-)
-@click.option(
-    "--dedup-id",
-    default=None,
-    help="Enqueue only if no job holds this key (live, or completed within the workers' "
-    "--completed-ttl-ms); else print that job's id (duplicate).",
-)
-@click.option(
-    "--dedup-ttl-ms", type=click.IntRange(min=1), default=None, help="Release the key after this."
-)
-@click.option(
-    "--max-attempts",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Override the task's max attempts for this job.",
-)
-@click.option(
-    "--timeout-ms",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Override the task's timeout for this job.",
-)
-@click.option(
-    "--result-ttl-ms",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Keep this job's return value this long (0: keep none).",
-)
-@click.option(
-    "--node-id",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_NODE_ID",
-    default=DEFAULT_NODE_ID,
-    show_default=True,
-    help="Snowflake node id for minted job ids (0-1023).",
-)
-def enqueue(
-    queue: str,
-    task: str,
-    kwargs: dict[str, object],
-    redis_url: str,
-    wire_version: str,
-    delay_ms: int | None,
-    job_id: str | None,
-    dedup_id: str | None,
-    dedup_ttl_ms: int | None,
-    max_attempts: int | None,
-    timeout_ms: int | None,
-    result_ttl_ms: int | None,
-    node_id: int,
-) -> None:
-    """Enqueue TASK with KWARGS (a JSON object) and print the job id ("<id> (duplicate)" when
-    --job-id or --dedup-id names a job that exists, or that completed within the window)."""
-    try:
-        validate_queue_name(queue)  # a usage error (exit 2), before anything connects
-    except EmqError as exc:
-        raise click.BadParameter(str(exc), param_hint="--queue") from exc
-
-    async def send() -> str:
-        try:
-            return await enqueue_one()
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            if fatal(exc):
-                raise
-            raise ServerUnreachableError(await explain(redis_url, exc)) from exc
-
-    async def enqueue_one() -> str:
-        async with Producer.from_url(
-            redis_url, node_id=node_id, wire_version=wire_version
-        ) as producer:
-            result = await producer.enqueue(
-                queue,
-                task,
-                kwargs,
-                delay_ms=delay_ms,
-                job_id=job_id,
-                dedup_id=dedup_id,
-                dedup_ttl_ms=dedup_ttl_ms,
-                max_attempts=max_attempts,
-                timeout_ms=timeout_ms,
-                result_ttl_ms=result_ttl_ms,
-            )
-            return result.job_id + (" (duplicate)" if result.duplicate else "")
-
-    try:
-        click.echo(anyio.run(send))
-    except (EmqError, RedisError) as exc:
-        raise click.ClickException(_failure(exc, redis_url)) from exc
-
-
+main.add_command(enqueue_command)
 main.add_command(health_command)
 main.add_command(demo_command)
 main.add_command(dev_command)

@@ -13,8 +13,8 @@ import click
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from emq_worker.admin import verbs
-from emq_worker.cli.options import split_queues
+from emq_worker.admin import lookup, verbs
+from emq_worker.cli.options import queue_names
 from emq_worker.errors import EmqError, JobIdError, QueueNameError
 from emq_worker.protocol import ids
 from emq_worker.protocol.keys import validate_queue_name
@@ -54,6 +54,37 @@ admin_queue_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
+def optional_queue_name(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    return None if value is None else queue_name_callback(ctx, param, value)
+
+
+job_queue_option = click.option(
+    "--queue",
+    "-q",
+    default=None,
+    show_envvar=True,
+    envvar="EMQ_QUEUE",
+    callback=optional_queue_name,
+    help="The queue (default: the one queue that holds JOB_ID, found by a bounded scan).",
+)
+
+
+def on_job_queue(
+    redis_url: str,
+    wire_version: str,
+    queue: str | None,
+    job_id: str,
+    work: Callable[[Queue], Awaitable[T]],
+) -> tuple[str, T]:
+    """Run `work` on `queue`, or on the one queue that holds `job_id` when none is named."""
+
+    async def on_queue(client: Redis, scripts: Scripts) -> tuple[str, T]:
+        name = queue or await lookup.locate_job(client, job_id)
+        return name, await work(await verbs.open_queue(client, scripts, name))
+
+    return run_admin(redis_url, wire_version, on_queue)
+
+
 def run_admin(
     redis_url: str, wire_version: str, work: Callable[[Redis, Scripts], Awaitable[T]]
 ) -> T:
@@ -87,10 +118,12 @@ def dump_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def queue_names_callback(
-    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
-) -> Any:
-    return tuple(queue_name_callback(ctx, param, name) for name in split_queues(values))
+def report(as_json: bool, text: str, facts: dict[str, Any]) -> None:
+    """What a command did: `text` for a person, or `facts` as JSON (--json)."""
+    if as_json:
+        dump_json(facts)
+    else:
+        click.echo(text)
 
 
 queues_option = click.option(
@@ -100,6 +133,6 @@ queues_option = click.option(
     multiple=True,
     show_envvar=True,
     envvar="EMQ_QUEUES",
-    callback=queue_names_callback,
+    callback=queue_names,
     help="Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
 )

@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import click
+from click.core import ParameterSource
 
-from emq_worker.errors import ConfigError
+from emq_worker.errors import ConfigError, EmqError
+from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import DEFAULT_URL
+from emq_worker.server.connection import DEFAULT_URL, redacted, validate_url
 from emq_worker.server.credentials import with_password
+from emq_worker.server.failures import describe, fatal
 
 
 def _redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -19,7 +23,7 @@ def _redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     to appear on a command line that `ps` shows, nor in the environment. A URL without a
     password takes one from EMQ_REDIS_PASSWORD_FILE, a systemd credential or /run/secrets."""
     try:
-        return with_password(_url_text(value), os.environ)
+        return validate_url(with_password(_url_text(value), os.environ))
     except ConfigError as exc:
         raise click.BadParameter(str(exc)) from exc
 
@@ -46,10 +50,8 @@ redis_url_option = click.option(
     default=DEFAULT_URL,
     show_default=True,
     callback=_redis_url,
-    help="redis://, rediss:// (TLS) or unix:// URL; redis+cluster://HOST:PORT,HOST:PORT,... "
-    "(rediss+cluster:// for TLS) for a Redis/Valkey Cluster given by seed nodes; "
-    "or @PATH to read it from a file (a secret). "
-    "Keep passwords out of the command line: use the variable or a file.",
+    help="Where Redis/Valkey is: redis://, rediss://, unix://, redis+cluster://..., or @FILE "
+    "(see `emq-worker --help`).",
 )
 wire_version_option = click.option(
     "--wire-version",
@@ -72,7 +74,39 @@ def json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[
     return parsed
 
 
+def usage_error(ctx: click.Context, exc: ConfigError) -> click.UsageError:
+    """A usage error (exit 2) naming the flag and variable behind the setting at fault."""
+    param = next((p for p in ctx.command.params if p.name == exc.setting), None)
+    if exc.setting is None or not isinstance(param, click.Option):
+        return click.UsageError(str(exc), ctx)
+    return click.BadParameter(str(exc).removeprefix(f"{exc.setting} "), ctx, param)
+
+
+def queue_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> Any:
+    """`--queue a --queue b` or `-q a,b`; EMQ_QUEUES="a,b" or "a b". A space splits only in the
+    variable: on the command line `-q 'my queue'` is one (illegal) name, refused naming it,
+    never served as two queues."""
+    from_env = ctx.get_parameter_source(param.name or "") is ParameterSource.ENVIRONMENT
+    names = (
+        split_queues(values)
+        if from_env
+        else tuple(q for value in values for q in value.split(",") if q)
+    )
+    try:
+        return tuple(validate_queue_name(name) for name in names)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from exc
+
+
 def split_queues(values: tuple[str, ...]) -> tuple[str, ...]:
     """`--queue a --queue b`, or EMQ_QUEUES="a,b" / "a b". Only commas and spaces separate: a
     newline or tab stays in the name, which is then refused naming it (never two queues)."""
     return tuple(q for value in values for q in value.replace(",", " ").split(" ") if q)
+
+
+def failure_message(exc: Exception, redis_url: str) -> str:
+    """What went wrong, naming the server (never its password)."""
+    if isinstance(exc, EmqError):
+        cause = exc.__cause__
+        return f"{exc}; {describe(cause)}" if cause is not None and fatal(cause) else str(exc)
+    return f"Redis at {redacted(redis_url)}: {describe(exc)}"

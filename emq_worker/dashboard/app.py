@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ExceptionHandler
@@ -68,6 +68,11 @@ async def healthz(request: Request) -> Response:
     return PlainTextResponse("ok\n")
 
 
+async def favicon(request: Request) -> Response:
+    """Browsers ask for /favicon.ico on every page; the icon is the static SVG."""
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
+
 def error_page(status: int) -> ExceptionHandler:
     async def handle(request: Request, exc: Exception) -> Response:
         message = str(exc)
@@ -92,6 +97,7 @@ ERRORS: dict[type[Exception], int] = {
 ROUTES = [
     Route("/", views.index),
     Route("/healthz", healthz),
+    Route("/favicon.ico", favicon),
     Route("/login", login_page, methods=["GET"]),
     Route("/login", login, methods=["POST"]),
     Route("/fragments/queues", views.queues_fragment),

@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from emq_worker.admin import dead, verbs
+from emq_worker.admin import dead, render, verbs
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Counts, Queue
 from emq_worker.protocol.replies import text
@@ -15,7 +15,7 @@ from emq_worker.protocol.scripts import Scripts
 
 LOG_LINES_SHOWN = 200
 """The newest lines of a job's log a page shows."""
-ROW_FIELDS_APART = ("progress", "last_error")
+ROW_FIELDS_APART = ("progress", "last_error", "last_traceback", "error_history")
 """Row fields a job page shows on their own, not in the table of fields."""
 
 
@@ -40,6 +40,8 @@ class JobView:
     progress: str | None
     progress_percent: float | None
     last_error: str | None
+    last_traceback: str | None
+    error_history: list[dict[str, object]]
     fields: list[tuple[str, str]]
     logs: list[str]
     log_lines: int
@@ -51,6 +53,8 @@ class JobView:
             **self.inspection.as_dict(),
             "progress": self.progress,
             "last_error": self.last_error,
+            "last_traceback": self.last_traceback,
+            "error_history": self.error_history,
             "logs": self.logs,
             "log_lines": self.log_lines,
         }
@@ -70,6 +74,8 @@ async def job_view(queue: Queue, job_id: JobId) -> JobView:
         progress=job.row.get("progress"),
         progress_percent=percent(job.row.get("progress")),
         last_error=job.row.get("last_error"),
+        last_traceback=job.row.get("last_traceback"),
+        error_history=render.error_history(job.row.get("error_history", "")),
         fields=[(k, v) for k, v in job.row.items() if k not in ROW_FIELDS_APART],
         logs=logs,
         log_lines=int(lines),

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 SESSION_COOKIE = "emq_session"
 CSRF_COOKIE = "emq_csrf"
 CSRF_FIELD = "csrf"
-OPEN_PATHS = ("/login", "/static/", "/healthz")
+OPEN_PATHS = ("/login", "/static/", "/healthz", "/favicon.ico")
 HEADERS = {
     "content-security-policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from croniter import croniter
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
 from emq_worker.errors import ConfigError, PayloadError
@@ -33,7 +34,7 @@ from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
-from emq_worker.protocol.scripts import ArgValue
+from emq_worker.protocol.scripts import ArgValue, wake_cap
 from emq_worker.protocol.servertime import server_ms
 
 REPEAT: Final = "repeat"
@@ -125,6 +126,14 @@ class RepeatInfo:
         }
 
 
+def _wake(pipe: Pipeline, queue: str) -> None:
+    """One wake token: a parked worker fires its repeats and learns the new due time, so the
+    first occurrence is minted on time, not at the next beat."""
+    wake = QueueKeys.of(queue).wake
+    pipe.lpush(wake, "1")
+    pipe.ltrim(wake, 0, wake_cap() - 1)
+
+
 def _keys(queue: str, name: str) -> tuple[str, str]:
     prefix = QueueKeys.of(queue).prefix
     return prefix + REPEAT, f"{prefix}{REPEAT}:{validate_repeat_name(name)}"
@@ -156,6 +165,7 @@ async def register(
         pipe.hset(spec_key, mapping=fields)
         if current is None or not current.paused:
             pipe.zadd(index, {name: schedule.first(now)})
+            _wake(pipe, queue)
         await pipe.execute()
     info = await get_repeat(client, queue, name)
     assert info is not None
@@ -210,6 +220,7 @@ async def resume_repeat(client: Redis, queue: str, name: str) -> RepeatInfo:
         async with client.pipeline(transaction=True) as pipe:
             pipe.hdel(spec_key, "paused")
             pipe.zadd(index, {name: info.schedule.first(now)})
+            _wake(pipe, queue)
             await pipe.execute()
     return await _require(client, queue, name)
 

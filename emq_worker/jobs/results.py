@@ -8,14 +8,18 @@ on completion, as the wire says.
 
 A waiter reads the row, then the result, in one round trip; while the job is still on its way
 it blocks on the ready list with `BLMOVE ready ready` (a rotation: the token stays, so every
-waiter sees it, and one that starts after the settle returns at once). It wakes at least once a
-second to look at the row, so a job that dies is noticed within about a second.
+waiter sees it, and one that starts after the settle returns at once). A settle that moves the
+job to dead pushes a 'dead' token the same way, so a waiter learns of the failure at once too.
+It still looks at the row at least once a second, for a job reaped dead (no token); a 'dead'
+token left from before a `dead retry` makes it fall back to that once-a-second look.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any, Final
+
+import anyio
 
 from emq_worker.errors import JobFailedError, ResultTimeoutError, ResultUnavailableError
 from emq_worker.jobs import codec
@@ -25,6 +29,8 @@ from emq_worker.protocol.queue import Queue
 RECHECK_S: Final = 1.0
 """A waiter looks at the row at least this often (a dead job pushes no token)."""
 MIN_BLOCK_S: Final = 0.01
+DEAD_TOKEN: Final = b"dead"
+"""What settle pushes to the ready list when the job goes dead (a completion pushes b"1")."""
 
 
 def result_key(queue: Queue, job_id: str) -> str:
@@ -66,6 +72,7 @@ async def wait_result(queue: Queue, job_id: str, within_s: float) -> Any:
     client, key = queue.client, result_key(queue, job_id)
     ready = key + ":ready"
     deadline = time.monotonic() + within_s
+    stale = False
     while True:
         # The row before the result, in one round trip: the result is written in the script
         # that deletes the row, so a row seen gone means any result is already there.
@@ -90,6 +97,10 @@ async def wait_result(queue: Queue, job_id: str, within_s: float) -> Any:
                 f"(it is {state.decode('utf-8', 'replace')})"
             )
         seconds = round(max(MIN_BLOCK_S, min(remaining, RECHECK_S)), 3)
+        if stale:  # a 'dead' token from before a dead retry: it would end every block at once
+            await anyio.sleep(seconds)
+            continue
         # BLMOVE of a list onto itself rotates it: the token stays for every other waiter.
         # (redis-py types the timeout as int; the server takes decimal seconds.)
-        await client.blmove(ready, ready, seconds, "RIGHT", "LEFT")  # type: ignore[arg-type]
+        token = await client.blmove(ready, ready, seconds, "RIGHT", "LEFT")  # type: ignore[arg-type]
+        stale = token == DEAD_TOKEN

@@ -35,6 +35,20 @@ class Task:
     def __post_init__(self) -> None:
         object.__setattr__(self, "keyword_names", _keyword_names(self.signature))
 
+    def parameters_text(self) -> str:
+        """The kwargs the handler takes, as written: `a: int, b: int = 0` (for messages)."""
+        shown = []
+        for param in list(self.signature.parameters.values())[1:]:
+            note = param.annotation
+            if note is inspect.Parameter.empty:
+                text = param.name
+            else:
+                text = f"{param.name}: {note if isinstance(note, str) else note.__name__}"
+            if param.default is not inspect.Parameter.empty:
+                text += f" = {param.default!r}"
+            shown.append(("**" if param.kind is param.VAR_KEYWORD else "") + text)
+        return ", ".join(shown)
+
     def check_kwargs(self, ctx: object, kwargs: dict[str, Any]) -> None:
         """Raise PayloadError when the payload's kwargs cannot call this handler."""
         names = self.keyword_names
@@ -175,7 +189,8 @@ def _make_task(
 
 
 def load_app(path: str, app_dir: str | None = None) -> App:
-    """Import `module:attr` and return the App it names, or raise AppImportError saying why.
+    """Import `module:attr` (`module` alone means `module:app`, as uvicorn, arq and celery
+    read it) and return the App it names, or raise AppImportError saying why.
 
     `app_dir` goes first on sys.path (as uvicorn's --app-dir): a console script's sys.path starts
     with its own bin directory, not the working directory.
@@ -184,7 +199,7 @@ def load_app(path: str, app_dir: str | None = None) -> App:
         directory = os.path.abspath(app_dir)
         if directory not in sys.path:
             sys.path.insert(0, directory)
-    app = _import(path, "--app")
+    app = _import(path, "--app", default_attr="app")
     if not isinstance(app, App):
         raise AppImportError(
             f"--app {path!r} must name an emq_worker.App; got {type(app).__name__}"
@@ -192,18 +207,25 @@ def load_app(path: str, app_dir: str | None = None) -> App:
     return app
 
 
-def _import(path: str, flag: str) -> Any:
-    """The attribute `module:attr` names (None when the module lacks it)."""
+def _import(path: str, flag: str, default_attr: str | None = None) -> Any:
+    """The attribute `module:attr` names (`module` alone names `default_attr`, when given).
+    Raises AppImportError naming the flag: a malformed path, a module whose import fails (any
+    exception of its own: a SyntaxError, a NameError...), or a missing attribute."""
     module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise AppImportError(f"{flag} must look like module.path:attribute; got {path!r}")
+    if not sep and default_attr is not None:
+        attr = default_attr
+    if not module_name or not attr:
+        shape = "module.path[:attribute]" if default_attr else "module.path:attribute"
+        raise AppImportError(f"{flag} must look like {shape}; got {path!r}")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except Exception as exc:  # the module's own import fails: a SyntaxError, a NameError, ...
         raise AppImportError(
-            f"cannot import module {module_name!r} for {flag} {path!r}: {exc}"
+            f"cannot import module {module_name!r} for {flag} {path!r}: {type(exc).__name__}: {exc}"
         ) from exc
-    return getattr(module, attr, None)
+    if not hasattr(module, attr):
+        raise AppImportError(f"{flag} {path!r}: module {module_name!r} has no attribute {attr!r}")
+    return getattr(module, attr)
 
 
 def with_raw_tasks(app: App, specs: Sequence[str], served: Sequence[str]) -> App:

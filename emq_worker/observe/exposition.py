@@ -77,7 +77,10 @@ class WorkerCollector(Collector):
             c.handed_off,
         )
         yield _counter("emq_jobs_completed", "Jobs whose completion was written.", c.completed)
-        yield _counter("emq_jobs_failed", "Failed jobs sent back for a retry.", c.retried)
+        yield _counter("emq_jobs_retried", "Failed jobs sent back for a retry.", c.retried)
+        yield _counter(
+            "emq_jobs_failed", "Deprecated: the old name of emq_jobs_retried_total.", c.retried
+        )
         dead = CounterMetricFamily(
             "emq_jobs_dead_lettered",
             "Jobs moved to dead: by a failure's settle, or by the reaper (attempts used up).",

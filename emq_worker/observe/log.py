@@ -11,10 +11,23 @@ import structlog
 LogFormat = Literal["auto", "json", "console"]
 
 
+def traceback_as_block(
+    logger: object, method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """On a console, a failed job's `traceback` prints as a block under its line (as an
+    exception does), not as one escaped string; JSON lines keep it as the `traceback` field."""
+    trace = event.get("traceback")
+    if isinstance(trace, str) and "exception" not in event:
+        event["exception"] = event.pop("traceback")
+    return event
+
+
 def configure(fmt: LogFormat = "auto", level: str = "info") -> None:
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
+    renderers: list[structlog.typing.Processor] = (
+        [structlog.processors.JSONRenderer()]
+        if use_json
+        else [traceback_as_block, structlog.dev.ConsoleRenderer()]
     )
     structlog.configure(
         processors=[
@@ -22,7 +35,7 @@ def configure(fmt: LogFormat = "auto", level: str = "info") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            renderer,
+            *renderers,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]

@@ -30,3 +30,7 @@ class Field(StrEnum):
     PAYLOAD = "payload"
     LAST_ERROR = "last_error"
     ATTEMPTS_BASE = "attempts_base"
+    LAST_TRACEBACK = "last_traceback"
+    """The last failed attempt's formatted traceback (its last 8 KB); EchoMQ ignores it."""
+    ERROR_HISTORY = "error_history"
+    """JSON array of the last 5 failed attempts' {attempt, at_ms, error}; kept by dead retry."""

@@ -76,6 +76,8 @@ class Failure(NamedTuple):
     delay_ms: int
     max_attempts: int
     error: str
+    trace: str = ""
+    """The handler's formatted traceback (bounded), stored as the row's last_traceback."""
 
 
 Outcome = Completion | Failure
@@ -89,6 +91,12 @@ class Counts:
     dead: int
     completed: int
     failed: int
+    """metrics:failed, the wire's name: how many jobs went dead (see dead_lettered)."""
+
+    @property
+    def dead_lettered(self) -> int:
+        """Jobs moved to dead so far: the operator's name for the `failed` counter."""
+        return self.failed
 
 
 class OfferTerms(NamedTuple):
@@ -252,6 +260,7 @@ class Queue:
                 failure.delay_ms,
                 failure.max_attempts,
                 failure.error,
+                failure.trace,
             ]
         reply = await self.scripts.call(
             self.client,
@@ -310,18 +319,24 @@ class Queue:
         )
         return promote_result(reply)
 
-    async def remove(self, job_id: JobId, dedup_id: str = "", *, only_dead: bool = False) -> bool:
+    async def remove(
+        self,
+        job_id: JobId,
+        dedup_id: str = "",
+        *,
+        only_dead: bool = False,
+        only_pending: bool = False,
+    ) -> bool:
         """Delete an unheld job; False when it was gone. True also when only set members were
         left of it (its row gone: EchoMQ's late complete of a job we dead-lettered), which are
         removed, and when it completed within the completion window (its tombstones are
         forgotten: the id may be enqueued again). Raises LockedError while it is held, and with
-        `only_dead`, StateError unless it is in dead (checked in the same script)."""
+        `only_dead` (`only_pending`), StateError unless it is in dead (pending), checked in the
+        same script."""
         k = self.keys
+        only = "dead" if only_dead else "pending" if only_pending else ""
         reply = await self.scripts.call(
-            self.client,
-            "remove",
-            self.script_keys("remove"),
-            [k.prefix, job_id, dedup_id, "dead" if only_dead else ""],
+            self.client, "remove", self.script_keys("remove"), [k.prefix, job_id, dedup_id, only]
         )
         return int(reply) >= 0  # 1 removed; 0 members left without a row, or tombstones
 

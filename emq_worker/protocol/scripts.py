@@ -11,6 +11,7 @@ exactly one place. The RESENDABLE verbs are re-sent once on a fresh connection w
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -107,6 +108,17 @@ def read_source(name: str) -> str:
         return _INCLUDE.sub(include, source)
 
     return _INCLUDE.sub(include, text)
+
+
+@functools.cache
+def wake_cap() -> int:
+    """WAKE_TOKENS_KEPT, read from includes/wake.lua (the one place it is written), for the
+    rare wake sent outside a script (a repeat registered or resumed)."""
+    source = read_source("includes/wake")
+    found = re.search(r"^local WAKE_TOKENS_KEPT = (\d+)$", source, re.MULTILINE)
+    if found is None:
+        raise ScriptError("includes/wake.lua does not define WAKE_TOKENS_KEPT")
+    return int(found.group(1))
 
 
 def declared_keys(source: str) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ if HIREDIS_AVAILABLE:
     import hiredis
 
 from emq_worker.errors import ConfigError, VersionFenceError
+from emq_worker.server.address import check_url_parts
 from emq_worker.server.cluster import connect_cluster
 from emq_worker.server.cluster_url import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
 from emq_worker.server.fence import VERSION_KEY
@@ -54,6 +55,7 @@ def validate_url(url: str) -> str:
             f"redis URL scheme must be one of {', '.join(SCHEMES + CLUSTER_SCHEMES)}; "
             f"got {scheme or '(none)'!r} in {redacted(url)!r}"
         )
+    check_url_parts(url)
     return url
 
 

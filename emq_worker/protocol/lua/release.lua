@@ -8,7 +8,9 @@
 --
 -- Reply: the number of jobs handed back. A lease that is no longer this holder's, or a job that
 -- is no longer active, is skipped: a release never moves a job someone else holds.
--- attempts is kept (it only ever climbs); the next claim increments it.
+-- attempts is kept (it only ever climbs); the next claim increments it. A hand-back spent no
+-- attempt of the retry budget: attempts_base rises by one with it, so the budget
+-- (attempts - attempts_base) counts only attempts that ended in a settle or a reap.
 --- @include fence
 local p = ARGV[1]
 local released = 0
@@ -18,6 +20,7 @@ for i = 2, #ARGV, 3 do
   if not verdict and state == 'active' and redis.call('ZREM', KEYS[1], id) == 1 then
     redis.call('ZADD', KEYS[2], 0, id)
     redis.call('HSET', row, 'state', 'pending')
+    redis.call('HINCRBY', row, 'attempts_base', 1)
     redis.call('DEL', row .. ':lock')
     released = released + 1
   end

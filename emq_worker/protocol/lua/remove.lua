@@ -9,17 +9,18 @@
 -- ARGV[2] = job id
 -- ARGV[3] = dedup id, or "" for the row's own `dedup` field (its de:<did> key is deleted only
 --           while it still names this job)
--- ARGV[4] = "dead" to remove the job only while it is in dead (purging the morgue), or ""
+-- ARGV[4] = "dead" to remove the job only while it is in dead (purging the morgue), "pending" only
+--           while it is in pending (emptying a queue), or ""
 --
 -- Reply: 1 removed (the row, its lock, logs and receipt subkeys, and its idem:<id> key);
 --        0 the row was gone, but either the id was still a member of a set (EchoMQ's late complete
 --        of a job we dead-lettered deletes only the row: those members and subkeys are removed),
 --        or the job completed within the window and its completion tombstones are deleted:
 --        p.."idem:"..id, and de:<did> when ARGV[3] names a key that names this job, so that id
---        and dedup id may be enqueued again (never with ARGV[4] "dead"); -1 gone (nothing at all).
+--        and dedup id may be enqueued again (only with ARGV[4] ""); -1 gone (nothing at all).
 -- Errors: EMQLOCK when a lock still holds the job (includes/holds.lua: a live :lock subkey, or
---         the row's `lock` field while it can be live); EMQSTATE when ARGV[4] is "dead" and the
---         job is not in dead (nothing changed in either case).
+--         the row's `lock` field while it can be live); EMQSTATE when ARGV[4] names a set the
+--         job is not in (nothing changed in either case).
 --- @include holds
 local p, id, did = ARGV[1], ARGV[2], ARGV[3]
 local row, idem = p .. 'job:' .. id, p .. 'idem:' .. id
@@ -33,7 +34,7 @@ if redis.call('EXISTS', row) == 0 then
     redis.call('DEL', row .. ':lock', row .. ':logs', row .. ':receipt')
   end
   local forgot = false
-  if ARGV[4] ~= 'dead' then
+  if ARGV[4] == '' then
     forgot = redis.call('GET', idem) == 'completed'
     redis.call('DEL', idem) -- a "live" one left by a row deleted elsewhere goes too
     if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
@@ -48,8 +49,9 @@ end
 if lock_hold(row, redis.call('HGET', row, 'state')) then
   return redis.error_reply('EMQLOCK job is locked: ' .. id)
 end
-if ARGV[4] == 'dead' and not redis.call('ZSCORE', KEYS[4], id) then
-  return redis.error_reply('EMQSTATE not dead: ' .. id)
+local only = ({pending = KEYS[1], dead = KEYS[4]})[ARGV[4]]
+if only and not redis.call('ZSCORE', only, id) then
+  return redis.error_reply('EMQSTATE not ' .. ARGV[4] .. ': ' .. id)
 end
 for i = 1, 4 do
   redis.call('ZREM', KEYS[i], id)

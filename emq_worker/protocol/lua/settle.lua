@@ -24,12 +24,16 @@
 --             deleted (and tombstoned, above); metrics:completed counts them. A result is SET
 --             at p.."result:"..id with PX result_ttl_ms, and p.."result:"..id..":ready" gets
 --             one "1" with the same TTL (waiters block on it).
--- then    = one sextuple per failed job: id, token, nonce, delay_ms, max_attempts, error. It is
---           retried after delay_ms into schedule (0: straight back to pending, with a wake), or
---           moved to dead once attempts - attempts_base >= max_attempts (0 dead-letters at once:
---           an unknown task or an undecodable payload); last_error is set and metrics:failed
---           counts a dead job. attempts is never changed here: it is the fencing token, and only
---           a claim moves it.
+-- then    = one septuple per failed job: id, token, nonce, delay_ms, max_attempts, error,
+--           trace. It is retried after delay_ms into schedule (0: straight back to pending, with
+--           a wake), or moved to dead once attempts - attempts_base >= max_attempts (0
+--           dead-letters at once: an unknown task or an undecodable payload); last_error is set
+--           and metrics:failed counts a dead job. attempts is never changed here: it is the
+--           fencing token, and only a claim moves it. The failure record (row fields EchoMQ
+--           ignores): last_traceback = trace (bounded by the worker; '' deletes an older one),
+--           error_history = a JSON array of the last 5 {attempt, at_ms, error} (error cut to 1 KB).
+--           A dead job also gets a 'dead' token RPUSHed to p.."result:"..id..":ready" (PX
+--           receipt_ms), which wakes a Producer.result waiter at once.
 --
 -- Reply: a flat array with two entries per job, completions first, then failures, each in the
 -- order sent: status, detail
@@ -41,8 +45,9 @@
 --                        or missing from the set its state names); nothing changed
 -- Accepted while the job is active, or reaped back to pending and not yet re-claimed (late but
 -- uncontested).
--- Events, only while someone subscribes to p.."events": 'completed'; 'failed' (outcome pending
--- or scheduled) or 'dead', with the error; 'fenced' for a stale, gone or state refusal.
+-- Events, only while someone subscribes to p.."events": 'completed'; 'retried' (outcome pending
+-- or scheduled; then 'failed' again, its old name, kept for subscribers) or 'dead', with the
+-- error; 'fenced' for a stale, gone or state refusal.
 --- @include now_ms
 --- @include fence
 --- @include events
@@ -118,6 +123,29 @@ local function complete(id, token, nonce)
   return true
 end
 
+local HISTORY_KEPT, HISTORY_ERROR_BYTES = 5, 1024
+
+local function record_failure(row, token, err, trace)
+  if trace ~= '' then
+    redis.call('HSET', row, 'last_traceback', trace)
+  else
+    redis.call('HDEL', row, 'last_traceback')
+  end
+  -- A field that does not decode (written by someone else) is started afresh, never an error:
+  -- the settle must not fail over a diagnostic.
+  local ok, history = pcall(cjson.decode, redis.call('HGET', row, 'error_history') or '[]')
+  if not ok or type(history) ~= 'table' then
+    history = {}
+  end
+  now = now or now_ms()
+  history[#history + 1] =
+    {attempt = tonumber(token), at_ms = now, error = string.sub(err, 1, HISTORY_ERROR_BYTES)}
+  while #history > HISTORY_KEPT do
+    table.remove(history, 1)
+  end
+  redis.call('HSET', row, 'error_history', cjson.encode(history))
+end
+
 local with_results = tonumber(ARGV[5])
 local plain_from = 6 + 5 * with_results
 local failures_from = plain_from + 3 * (n - with_results)
@@ -134,7 +162,7 @@ end
 for i = plain_from, failures_from - 1, 3 do
   complete(ARGV[i], ARGV[i + 1], ARGV[i + 2])
 end
-for i = failures_from, #ARGV, 6 do
+for i = failures_from, #ARGV, 7 do
   local id, token, nonce = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local row, refusal = settle_admit(p, id, token, nonce)
   if refusal then
@@ -147,6 +175,11 @@ for i = failures_from, #ARGV, 6 do
       outcome = 'dead'
       redis.call('ZADD', KEYS[3], 0, id)
       redis.call('HINCRBY', KEYS[4], 'count', 1)
+      -- A result waiter blocks on the ready list: a 'dead' token wakes it now, not at its
+      -- once-a-second look at the row.
+      local ready = p .. 'result:' .. id .. ':ready'
+      redis.call('RPUSH', ready, 'dead')
+      redis.call('PEXPIRE', ready, receipt_ms)
     elseif delay <= 0 then
       outcome = 'pending'
       redis.call('ZADD', p .. 'pending', 0, id)
@@ -158,12 +191,18 @@ for i = failures_from, #ARGV, 6 do
       scheduled = 1
     end
     redis.call('HSET', row, 'state', outcome, 'last_error', ARGV[i + 5])
+    record_failure(row, token, ARGV[i + 5], ARGV[i + 6])
     redis.call('DEL', row .. ':lock')
     answer(row, id, token, nonce, outcome)
     if listeners then
       now = now or now_ms()
-      emit(p, outcome == 'dead' and 'dead' or 'failed', id, token, now,
-        {outcome = outcome, error = ARGV[i + 5]})
+      local facts = {outcome = outcome, error = ARGV[i + 5]}
+      if outcome == 'dead' then
+        emit(p, 'dead', id, token, now, facts)
+      else
+        emit(p, 'retried', id, token, now, facts)
+        emit(p, 'failed', id, token, now, facts) -- the old name of 'retried', for subscribers
+      end
     end
   end
 end

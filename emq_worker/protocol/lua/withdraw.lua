@@ -12,7 +12,8 @@
 -- Reply: the number of jobs handed back to pending. After this call nothing more can be handed to
 -- the offer. A job on the hand-off list whose lock no longer carries the offer's nonce (the
 -- reaper took it back; another worker holds it) is left alone. attempts is kept, as release keeps
--- it: it only ever climbs.
+-- it: it only ever climbs; and as release does, attempts_base rises by one (never run, no
+-- attempt of the retry budget spent).
 --- @include fence
 --- @include handoff
 local p = ARGV[1]
@@ -22,6 +23,7 @@ for _, job in ipairs(withdraw_offer(p, KEYS[1], KEYS[2], ARGV[2], ARGV[3])) do
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZADD', KEYS[3], 0, id)
   redis.call('HSET', row, 'state', 'pending')
+  redis.call('HINCRBY', row, 'attempts_base', 1)
   redis.call('DEL', row .. ':lock')
   released = released + 1
 end
