@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 from emq_worker import JobSpec, Producer
 from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.protocol.queue import Completion, HeldLease, Queue
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.values import Completion, HeldLease
 from emq_worker.server.connection import connect
 
 BATCH = 500

@@ -18,9 +18,10 @@ from click.testing import CliRunner, Result
 from emq_worker.cli.main import main
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import HeldLease
 from emq_worker.server.connection import connect
 from tests.support.server import RedisServer
 

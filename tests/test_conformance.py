@@ -17,7 +17,6 @@ from emq_worker.errors import JobIdError, KindError, LockedError, StateError
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.keys import VERSION_KEY
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId, Token
-from emq_worker.protocol.queue import Counts, HeldLease, NewJob
 from emq_worker.protocol.replies import (
     ClaimedJob,
     LostLease,
@@ -25,6 +24,7 @@ from emq_worker.protocol.replies import (
     SettleResult,
     SettleStatus,
 )
+from emq_worker.protocol.values import Counts, HeldLease, NewJob
 from emq_worker.retry import Exponential, delay_ms
 from emq_worker.server.connection import connect
 from tests.support.conformance import (

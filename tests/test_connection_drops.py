@@ -27,9 +27,10 @@ from emq_worker.observe.clock import MonotonicClock
 from emq_worker.observe.metrics import Counters
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.protocol.queue import RENEW_CHUNK, Completion, HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, SettleStatus
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import RENEW_CHUNK, Completion, HeldLease
 from emq_worker.server.connection import connect
 from tests.chaos.proxy import Proxy
 from tests.chaos.rows import script_call_of

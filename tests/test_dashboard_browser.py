@@ -27,8 +27,9 @@ from emq_worker.dashboard.app import create_app
 from emq_worker.dashboard.settings import DashboardSettings
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.names import JobId
-from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import HeldLease
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually, until
 

@@ -31,9 +31,10 @@ from emq_worker.dashboard.timeline import LeaseTracker
 from emq_worker.errors import ConfigError
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, text
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import HeldLease
 from emq_worker.server.connection import connect
 from tests.support.processes import EMQ_WORKER
 from tests.support.wait import eventually

@@ -15,8 +15,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from emq_worker.jobs.producer import Enqueued, JobSpec, Producer
 from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.names import JobId
-from emq_worker.protocol.queue import NewJob, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import ArgValue, Scripts
+from emq_worker.protocol.values import NewJob
 from tests.support.conformance import LEASE_MS, RECEIPT_MS, Harness, held
 
 Between = Callable[[], Awaitable[None]]

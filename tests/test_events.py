@@ -13,8 +13,9 @@ from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer
 from emq_worker.jobs.events import Event, EventStream, channel, open_events, parse_event, subscribe
-from emq_worker.protocol.queue import Failure, HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import Failure, HeldLease
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
 

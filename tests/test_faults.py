@@ -19,7 +19,8 @@ from redis.asyncio import Redis
 from emq_worker import JobSpec, Producer
 from emq_worker.protocol.keys import VERSION_KEY
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.protocol.queue import Counts, Queue
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.values import Counts
 from tests.support.processes import WorkerProcesses
 from tests.support.server import RedisServer
 from tests.support.wait import eventually

@@ -9,8 +9,9 @@ from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer
 from emq_worker.protocol.keys import QueueKeys
-from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import HeldLease
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
 

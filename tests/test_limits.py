@@ -19,9 +19,10 @@ from emq_worker.errors import ConfigError
 from emq_worker.jobs import events
 from emq_worker.jobs.producer import JobSpec, Producer
 from emq_worker.protocol.limits import LIMITER, Limits, Rate, parse_rate, read_limits, set_limits
-from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import Limited
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import HeldLease
 from tests.support.processes import Ledger, WorkerProcesses
 from tests.support.wait import eventually
 

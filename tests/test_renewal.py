@@ -11,8 +11,8 @@ from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
 from emq_worker.protocol.keys import QueueKeys
-from emq_worker.protocol.queue import RENEW_CHUNK, HeldLease
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import RENEW_CHUNK, HeldLease
 from tests.support.apps import cancellable_app
 from tests.support.running import running_worker, worker_settings
 from tests.support.server import RedisServer

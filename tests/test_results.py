@@ -20,8 +20,8 @@ from emq_worker.errors import (
     ResultTimeoutError,
     ResultUnavailableError,
 )
-from emq_worker.protocol.queue import Completion, HeldLease
 from emq_worker.protocol.replies import SettleStatus
+from emq_worker.protocol.values import Completion, HeldLease
 from tests.support.conformance import RECEIPT_MS, Harness, held
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually

@@ -21,9 +21,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.protocol.queue import Completion, HeldLease, NewJob, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import Completion, HeldLease, NewJob
 from emq_worker.server.connection import connect
 from tests.support.server import RedisServer, last_transaction_commands, tear_last_transaction
 

@@ -16,8 +16,9 @@ from emq_worker.dashboard.settings import DashboardSettings
 from emq_worker.jobs.events import open_events
 from emq_worker.observe.exposition import WorkerCollector
 from emq_worker.observe.metrics import Counters
-from emq_worker.protocol.queue import Failure, HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import Failure, HeldLease
 
 RECEIPT_MS = 60_000
 

@@ -17,9 +17,9 @@ from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
 from emq_worker.admin import dead, verbs
 from emq_worker.beat.presence import live_workers
 from emq_worker.protocol.keys import QueueKeys
-from emq_worker.protocol.queue import HeldLease
 from emq_worker.protocol.replies import SettleStatus
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import HeldLease
 from emq_worker.retry import Backoff, Exponential, Fixed
 from tests.support.apps import cancellable_app
 from tests.support.running import running_worker, worker_settings

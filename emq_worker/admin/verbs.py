@@ -18,10 +18,11 @@ from emq_worker.errors import EmqError, LockedError
 from emq_worker.jobs.writes import read_log
 from emq_worker.protocol.keys import QueueKeys, validate_queue_name
 from emq_worker.protocol.names import Field, JobId, JobState
-from emq_worker.protocol.queue import Counts, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.servertime import queue_time, to_ms
+from emq_worker.protocol.values import Counts
 from emq_worker.server.scan import SCAN_BUDGET, SCAN_COUNT, BoundedScan
 
 PAYLOAD_SHOWN = 2000

@@ -10,7 +10,7 @@ from emq_worker.observe.http import parse_host_port
 from emq_worker.protocol.ids import DEFAULT_NODE_ID, MAX_NODE_ID
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.protocol.queue import DEFAULT_COMPLETED_TTL_MS
+from emq_worker.protocol.values import DEFAULT_COMPLETED_TTL_MS
 from emq_worker.retry import DEFAULT_BACKOFF, Backoff
 from emq_worker.server.connection import DEFAULT_URL, validate_url
 

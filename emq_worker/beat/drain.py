@@ -28,8 +28,9 @@ from emq_worker.beat.suspects import HeldSuspects
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.status import BeatStatus
 from emq_worker.protocol.limits import CEILING_POLL_MS
-from emq_worker.protocol.queue import Queue, new_nonce
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimResult, Limited
+from emq_worker.protocol.values import new_nonce
 
 CLAIM_BATCH = 250
 """The most jobs one claim call leases: bounds how long the call holds the server."""

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import anyio
 
 from emq_worker.protocol.names import JobId
-from emq_worker.protocol.queue import HeldLease
 from emq_worker.protocol.replies import ClaimedJob
+from emq_worker.protocol.values import HeldLease
 
 
 @dataclass(slots=True, eq=False)

@@ -19,8 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from emq_worker.beat.config import WorkerSettings
-from emq_worker.protocol.queue import OfferTerms, Queue, new_nonce
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, ClaimResult, handed_off_job
+from emq_worker.protocol.values import OfferTerms, new_nonce
 
 OFFER_SLACK_MS = 500
 """An offer outlasts the park that follows its claim (at most a beat) by this much: the next

@@ -30,8 +30,8 @@ from emq_worker.jobs.tasks import App, Task
 from emq_worker.observe.clock import Clock
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.names import Field
-from emq_worker.protocol.queue import Completion, Failure, Outcome
 from emq_worker.protocol.replies import ClaimedJob
+from emq_worker.protocol.values import Completion, Failure, Outcome
 from emq_worker.retry import delay_ms
 
 TRACE_BYTES = 8 * 1024

@@ -14,8 +14,9 @@ import anyio
 from emq_worker.beat.lease import Lease
 from emq_worker.beat.state import WorkerState
 from emq_worker.observe.log import get_logger
-from emq_worker.protocol.queue import Completion, Outcome, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import SettleResult, SettleStatus
+from emq_worker.protocol.values import Completion, Outcome
 from emq_worker.server.failures import RETRYABLE, describe, fatal
 
 MAX_BATCH = 250

@@ -9,9 +9,10 @@ from redis.asyncio import Redis
 
 from emq_worker.admin import dead, render, verbs
 from emq_worker.protocol.names import JobId
-from emq_worker.protocol.queue import Counts, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import Counts
 
 LOG_LINES_SHOWN = 200
 """The newest lines of a job's log a page shows."""

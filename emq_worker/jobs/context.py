@@ -8,7 +8,8 @@ import structlog
 from emq_worker.errors import ConfigError, FencedError
 from emq_worker.jobs.writes import LOG_KEEP, append_log, report_progress
 from emq_worker.protocol.names import JobId, Token
-from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.values import HeldLease
 
 
 class JobContext:

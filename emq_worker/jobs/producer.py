@@ -32,8 +32,9 @@ from emq_worker.jobs.results import wait_result
 from emq_worker.protocol.ids import DEFAULT_NODE_ID, SnowflakeMinter, job_id
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
 from emq_worker.protocol.payload_limits import check_payload_size
-from emq_worker.protocol.queue import NewJob, Queue, ScheduleMode
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import NewJob, ScheduleMode
 from emq_worker.retry import Backoff
 from emq_worker.server.connection import DEFAULT_URL, connect
 

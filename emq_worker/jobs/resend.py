@@ -15,7 +15,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.protocol.names import JobId
-from emq_worker.protocol.queue import NewJob, Queue, new_nonce
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.values import NewJob, new_nonce
 from emq_worker.server.failures import fatal
 
 RESEND_PAUSES_S: Final = (0.05, 0.2, 1.0)

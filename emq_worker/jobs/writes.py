@@ -12,8 +12,9 @@ from typing import Any, Final
 
 from emq_worker.errors import ConfigError, FencedError
 from emq_worker.jobs import codec
-from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
+from emq_worker.protocol.values import HeldLease
 
 LOG_KEEP: Final = 1000
 """Lines a job log keeps by default (the oldest are trimmed)."""

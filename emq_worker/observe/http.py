@@ -23,7 +23,8 @@ from redis.exceptions import RedisError
 from emq_worker.errors import ConfigError
 from emq_worker.observe.exposition import WorkerCollector
 from emq_worker.observe.log import get_logger
-from emq_worker.protocol.queue import Counts, Queue
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.values import Counts
 
 BEATS_FRESH = 3
 """/healthz fails once the beat has not run for this many beats."""

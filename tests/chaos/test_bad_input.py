@@ -28,8 +28,9 @@ from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.payload_limits import MAX_PAYLOAD_BYTES
-from emq_worker.protocol.queue import NewJob, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts, read_source
+from emq_worker.protocol.values import NewJob
 from tests.chaos.faults import Fleet, enqueue, wait_drained
 from tests.chaos.rows import stage
 from tests.support.running import running_worker, worker_settings

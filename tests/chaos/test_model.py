@@ -31,9 +31,10 @@ from redis.asyncio import Redis
 
 from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId, Token
-from emq_worker.protocol.queue import Completion, Failure, HeldLease, NewJob, OfferTerms, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import SettleResult
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import Completion, Failure, HeldLease, NewJob, OfferTerms
 from emq_worker.server.connection import connect
 
 LONG_MS = 60_000

@@ -27,9 +27,10 @@ from emq_worker.observe.clock import MonotonicClock
 from emq_worker.observe.metrics import Counters
 from emq_worker.protocol.keys import QueueKeys, hash_slot
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.protocol.queue import RENEW_CHUNK, HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, LostLease, SettleStatus
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.protocol.values import RENEW_CHUNK, HeldLease
 from emq_worker.server.cluster import ClusterUnavailableError, FencedCluster, is_moving
 from emq_worker.server.cluster_url import parse_cluster_url
 from emq_worker.server.connection import connect, redacted, validate_url

@@ -5,7 +5,7 @@ job a second time."""
 
 from __future__ import annotations
 
-from emq_worker.protocol.queue import OfferTerms
+from emq_worker.protocol.values import OfferTerms
 from tests.interop.echomq import EchoMQ
 from tests.support.conformance import LEASE_MS, Harness, lapse
 

@@ -17,8 +17,9 @@ from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.ids import SnowflakeMinter, encode
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.names import JobId, Token
-from emq_worker.protocol.queue import HeldLease, Queue
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, SettleResult
+from emq_worker.protocol.values import HeldLease
 
 LEASE_MS: Final = 60_000
 """EchoMQ's conformance claims use a 60 s lease unless a scenario names one."""
