@@ -11,7 +11,7 @@ import click
 from emq_worker.cli.main import main
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "configuration.md"
-ROW = re.compile(r"^\| (?P<flags>`--[^|]+) \| `(?P<var>EMQ_\w+)` \|", re.M)
+ROW = re.compile(r"^\| (?P<flags>`--[^|]+) \| (?:`(?P<var>EMQ_\w+)`|—) \|", re.M)
 
 
 def documented() -> dict[str, str]:
@@ -20,7 +20,7 @@ def documented() -> dict[str, str]:
     for row in ROW.finditer(PAGE.read_text(encoding="utf-8")):
         for flag in re.findall(r"`([^`]+)`", row["flags"]):
             for spelling in flag.split("/"):
-                table[spelling] = row["var"]
+                table[spelling] = str(row["var"])  # "None": a flag with no variable (—)
     return table
 
 
