@@ -23,11 +23,19 @@ from emq_worker.errors import (
     ResultUnavailableError,
     ScriptError,
     StateError,
+    TaskArgumentError,
     UnknownTaskError,
     VersionFenceError,
 )
 from emq_worker.jobs.context import JobContext
 from emq_worker.jobs.events import Event, EventStream, open_events, subscribe
+from emq_worker.jobs.handles import (
+    AsyncTaskHandle,
+    JobHandle,
+    SyncJobHandle,
+    SyncTaskHandle,
+    TaskHandle,
+)
 from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.producer import Enqueued, JobSpec, Producer, SyncProducer, sync_producer
 from emq_worker.jobs.tasks import App
@@ -36,6 +44,7 @@ from emq_worker.retry import Backoff, Exponential, Fixed, Jitter
 __all__ = [
     "App",
     "AppImportError",
+    "AsyncTaskHandle",
     "Backoff",
     "ConfigError",
     "EmqError",
@@ -48,6 +57,7 @@ __all__ = [
     "Jitter",
     "JobContext",
     "JobFailedError",
+    "JobHandle",
     "JobIdError",
     "JobPolicy",
     "JobSpec",
@@ -61,7 +71,11 @@ __all__ = [
     "ResultUnavailableError",
     "ScriptError",
     "StateError",
+    "SyncJobHandle",
     "SyncProducer",
+    "SyncTaskHandle",
+    "TaskArgumentError",
+    "TaskHandle",
     "UnknownTaskError",
     "VersionFenceError",
     "Worker",

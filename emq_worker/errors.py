@@ -110,3 +110,8 @@ class ResultUnavailableError(EmqError, LookupError):
     """`Producer.result`: no result is stored and none will come (the job completed without
     storing one, its result expired, it was removed, it never existed, or its handler returned
     a value JSON cannot hold)."""
+
+
+class TaskArgumentError(ConfigError, TypeError):
+    """A typed task handle's arguments do not fit its handler's signature (a missing, unknown or
+    positional-only argument); raised before anything is written."""

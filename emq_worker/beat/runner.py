@@ -22,7 +22,7 @@ from emq_worker.beat.prestart import needs_check, still_held
 from emq_worker.beat.settle import SettleBatcher
 from emq_worker.beat.state import WorkerState
 from emq_worker.errors import PayloadError, UnknownTaskError
-from emq_worker.jobs import codec
+from emq_worker.jobs import codec, tracing
 from emq_worker.jobs.context import JobContext
 from emq_worker.jobs.policy import Policy, resolve
 from emq_worker.jobs.results import encode_result
@@ -54,6 +54,8 @@ class Call:
     kwargs: dict[str, Any]
     policy: Policy
     """The worker's defaults, then the task's policy, then the producer's per-job options."""
+    trace: dict[str, str] | None = None
+    """The enqueue's W3C trace context, from the envelope (tracing.py)."""
 
 
 CANCELLED = "cancelled by an operator"
@@ -86,7 +88,12 @@ class JobRunner:
             self.batcher.submit(lease, Failure(lease.held, 0, 0, str(exc)), "(unrunnable)")
             return
         started = time.monotonic()
-        outcome = await self._call(lease, call)
+        with tracing.process_span(
+            job.queue, call.task.name, job.id, int(job.token), call.trace
+        ) as span:
+            outcome = await self._call(lease, call)
+            if isinstance(outcome, Failure):
+                tracing.failed(span, outcome.error)
         seconds = time.monotonic() - started
         if outcome is None or lease.lost:  # lost: even if the handler swallowed its cancellation
             self.log.info(
@@ -128,14 +135,14 @@ class JobRunner:
         if raw is not None:
             ctx = JobContext(job.queue, job.id, job.token, raw.name, job.payload, writer, job.nonce)
             return Call(raw, ctx, {}, self._policy_of(raw))
-        name, kwargs, options = codec.decode_job(job.payload)
+        name, kwargs, options, trace = codec.decode_message(job.payload)
         task = self.app.lookup(name)
         ctx = JobContext(job.queue, job.id, job.token, name, job.payload, writer, job.nonce)
         task.check_kwargs(ctx, kwargs)
         policy = (
             self._policy_of(task) if options is None else resolve(self._policy_of(task), options)
         )
-        return Call(task, ctx, kwargs, policy)
+        return Call(task, ctx, kwargs, policy, trace)
 
     def _policy_of(self, task: Task) -> Policy:
         """The task's policy over the worker's defaults, resolved once per task."""

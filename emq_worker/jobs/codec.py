@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from emq_worker.errors import PayloadError
 from emq_worker.jobs.policy import JobPolicy
@@ -60,13 +60,19 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 
 
 def encode(
-    task: str, kwargs: Mapping[str, Any] | None = None, options: JobPolicy | None = None
+    task: str,
+    kwargs: Mapping[str, Any] | None = None,
+    options: JobPolicy | None = None,
+    trace: Mapping[str, str] | None = None,
 ) -> bytes:
+    """`trace`: the W3C trace context of the enqueue (`traceparent`, `tracestate`; tracing.py)."""
     if not isinstance(task, str) or not task:
         raise PayloadError(f"task name must be a non-empty string; got {task!r}")
     envelope: dict[str, Any] = {"task": task, "kwargs": dict(kwargs or {})}
     if options is not None and not options.empty:
         envelope["options"] = options.to_wire()
+    if trace:
+        envelope["trace"] = dict(trace)
     if _dumps is not None:
         try:
             encoded = _dumps(envelope)
@@ -100,8 +106,24 @@ def decode(payload: bytes) -> tuple[str, dict[str, Any]]:
     return task, kwargs
 
 
+class Message(NamedTuple):
+    task: str
+    kwargs: dict[str, Any]
+    options: JobPolicy | None
+    trace: dict[str, str] | None
+    """The enqueue's W3C trace context, when the envelope carries a well-formed one."""
+
+
 def decode_job(payload: bytes) -> tuple[str, dict[str, Any], JobPolicy | None]:
     """Return (task, kwargs, options or None), or raise PayloadError saying what is wrong."""
+    task, kwargs, options, _ = decode_message(payload)
+    return task, kwargs, options
+
+
+def decode_message(payload: bytes) -> Message:
+    """The envelope's fields, or PayloadError saying what is wrong. Fields it does not know are
+    ignored (an envelope from a newer producer still runs), and so is a malformed `trace`:
+    tracing never costs a job."""
     try:
         envelope = _loads(payload)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -116,7 +138,17 @@ def decode_job(payload: bytes) -> tuple[str, dict[str, Any], JobPolicy | None]:
     kwargs = envelope.get("kwargs", {})
     if not isinstance(kwargs, dict):
         raise PayloadError(f"payload kwargs must be a JSON object; got {type(kwargs).__name__}")
+    trace = _trace_of(envelope)
     options = envelope.get("options")
     if options is None:
-        return task, kwargs, None  # the common case: no per-job options, nothing more to build
-    return task, kwargs, JobPolicy.from_wire(options)
+        return Message(task, kwargs, None, trace)  # the common case: no per-job options
+    return Message(task, kwargs, JobPolicy.from_wire(options), trace)
+
+
+def _trace_of(envelope: dict[str, Any]) -> dict[str, str] | None:
+    trace = envelope.get("trace")
+    if not isinstance(trace, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in trace.items()
+    ):
+        return None
+    return trace

@@ -24,7 +24,7 @@ import anyio.from_thread
 from redis.asyncio import Redis
 
 from emq_worker.errors import ConfigError
-from emq_worker.jobs import codec
+from emq_worker.jobs import codec, tracing
 from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
 from emq_worker.jobs.resend import send_enqueue
@@ -204,8 +204,14 @@ class Producer:
 
     async def enqueue_many(self, queue: str, specs: Sequence[JobSpec]) -> list[Enqueued]:
         """Enqueue all of `specs` in one script call (one round trip), all or none."""
+        with tracing.send_span(queue, len(specs)) as trace:
+            return await self._enqueue_many(queue, specs, trace)
+
+    async def _enqueue_many(
+        self, queue: str, specs: Sequence[JobSpec], trace: Mapping[str, str] | None
+    ) -> list[Enqueued]:
         minted = iter(self.minter.job_ids(sum(spec.job_id is None for spec in specs)))
-        jobs = [self._new_job(spec, minted) for spec in specs]
+        jobs = [self._new_job(spec, minted, trace) for spec in specs]
         chosen = [spec.job_id is not None for spec in specs]
         results: list[Enqueued | None] = [None] * len(jobs)
         todo = list(range(len(jobs)))
@@ -248,10 +254,13 @@ class Producer:
         schedule = Schedule(every_ms=every_ms, cron=cron)
         return await register(self.client, queue, name, encode_payload(task, kwargs), schedule)
 
-    def _new_job(self, spec: JobSpec, minted: Iterator[JobId]) -> NewJob:
-        """The job to send for `spec`; `minted` holds the ids reserved for specs without one."""
+    def _new_job(
+        self, spec: JobSpec, minted: Iterator[JobId], trace: Mapping[str, str] | None = None
+    ) -> NewJob:
+        """The job to send for `spec`; `minted` holds the ids reserved for specs without one;
+        `trace` goes into a JSON envelope (a raw payload has no room for it)."""
         if spec.payload is None:
-            payload = codec.encode(spec.task, spec.kwargs, spec.options)
+            payload = codec.encode(spec.task, spec.kwargs, spec.options, trace)
         elif spec.options is not None:
             raise ConfigError("job options travel in the JSON envelope; a raw payload has none")
         else:

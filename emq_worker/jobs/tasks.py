@@ -6,17 +6,20 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from emq_worker.errors import AppImportError, ConfigError, PayloadError, UnknownTaskError
+from emq_worker.jobs.handles import AsyncTaskHandle, SyncTaskHandle, TaskHandle, unwrap
 from emq_worker.jobs.policy import JobPolicy
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.retry import Backoff
 
 Handler = Callable[..., Awaitable[Any]] | Callable[..., Any]
 F = TypeVar("F", bound=Handler)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +74,15 @@ class App:
     tasks: dict[str, Task] = field(default_factory=dict)
     raw: dict[str, Task] = field(default_factory=dict)
 
+    # An async handler matches both overloads; the first (async) one is meant to win, which is
+    # what mypy calls an unsafe overlap (the way typeshed types such pairs).
     @overload
-    def task(self, fn: F, /) -> F: ...
+    def task(  # type: ignore[overload-overlap]
+        self, fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]], /
+    ) -> AsyncTaskHandle[P, R]: ...
+
+    @overload
+    def task(self, fn: Callable[Concatenate[Any, P], R], /) -> SyncTaskHandle[P, R]: ...
 
     @overload
     def task(
@@ -81,39 +91,41 @@ class App:
         /,
         *,
         name: str | None = None,
+        queue: str | None = None,
         max_attempts: int | None = None,
         backoff: Backoff | None = None,
         timeout_ms: int | None = None,
         result_ttl_ms: int | None = None,
-    ) -> Callable[[F], F]: ...
+    ) -> TaskDecorator: ...
 
     def task(
         self,
-        fn: F | None = None,
+        fn: Handler | None = None,
         /,
         *,
         name: str | None = None,
+        queue: str | None = None,
         max_attempts: int | None = None,
         backoff: Backoff | None = None,
         timeout_ms: int | None = None,
         result_ttl_ms: int | None = None,
-    ) -> F | Callable[[F], F]:
-        """Register a handler `fn(ctx, **kwargs)` under `name` (default: its own name).
+    ) -> TaskHandle[Any, Any] | TaskDecorator:
+        """Register a handler `fn(ctx, **kwargs)` under `name` (default: its own name), and
+        return its typed handle (still callable as the handler; `handle.enqueue(producer, ...)`
+        enqueues it with the handler's own arguments, on `queue` by default).
 
         `max_attempts`, `backoff` and `timeout_ms` override the worker's defaults for this task;
         `result_ttl_ms` stores the handler's return value (JSON) for that long, for
         `Producer.result`. A producer can override each per job (`Producer.enqueue`).
         """
+        policy = (max_attempts, backoff, timeout_ms, result_ttl_ms)
+        decorator = TaskDecorator(self, name, queue, policy)
+        return decorator(fn) if fn is not None else decorator
 
-        def register(handler: F) -> F:
-            policy = (max_attempts, backoff, timeout_ms, result_ttl_ms)
-            task = _make_task(name or handler.__name__, handler, *policy)
-            if task.name in self.tasks:
-                raise ConfigError(f"task {task.name!r} is registered twice")
-            self.tasks[task.name] = task
-            return handler
-
-        return register(fn) if fn is not None else register
+    def add(self, task: Task) -> None:
+        if task.name in self.tasks:
+            raise ConfigError(f"task {task.name!r} is registered twice")
+        self.tasks[task.name] = task
 
     def raw_handler(
         self,
@@ -147,6 +159,33 @@ class App:
         except KeyError:
             known = ", ".join(sorted(self.tasks)) or "none"
             raise UnknownTaskError(f"unknown task {name!r} (registered: {known})") from None
+
+
+class TaskDecorator:
+    """`@app.task(...)` with options: registers the handler and returns its typed handle."""
+
+    def __init__(
+        self, app: App, name: str | None, queue: str | None, policy: tuple[Any, ...]
+    ) -> None:
+        if queue is not None:
+            validate_queue_name(queue)
+        self.app, self.name, self.queue, self.policy = app, name, queue, policy
+
+    # As App.task: the async overload is meant to win.
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]], /
+    ) -> AsyncTaskHandle[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Any, P], R], /) -> SyncTaskHandle[P, R]: ...
+
+    def __call__(self, fn: Handler, /) -> TaskHandle[Any, Any]:
+        handler = unwrap(fn)
+        task = _make_task(self.name or handler.__name__, handler, *self.policy)
+        self.app.add(task)
+        kind = AsyncTaskHandle if task.is_async else SyncTaskHandle
+        return kind(task.name, handler, self.queue, {})
 
 
 def _keyword_names(

@@ -1,0 +1,29 @@
+"""Testing kit for emq-worker apps: a pytest plugin and helpers.
+
+Enable it with `pytest -p emq_worker.testing`, or `pytest_plugins = ["emq_worker.testing"]` in
+your top conftest.py. Fixtures: `emq_url` (a server for the session: the embedded Valkey, or
+`EMQ_TESTING_URL`), `queue` (a fresh queue name per test) and `emq` (the helpers below, bound to
+that server). See the how-to "Test your tasks".
+
+Nothing in emq_worker imports this package (an import-linter contract): it needs pytest.
+"""
+
+from emq_worker.testing.clock import fast_forward, fire_repeats
+from emq_worker.testing.idle import NotIdleError, run_until_idle
+from emq_worker.testing.outcomes import JobOutcome, expect_completed, expect_dead, outcome
+from emq_worker.testing.plugin import Emq, emq, emq_url, queue
+
+__all__ = [
+    "Emq",
+    "JobOutcome",
+    "NotIdleError",
+    "emq",
+    "emq_url",
+    "expect_completed",
+    "expect_dead",
+    "fast_forward",
+    "fire_repeats",
+    "outcome",
+    "queue",
+    "run_until_idle",
+]

@@ -1,0 +1,138 @@
+"""OpenTelemetry (the `otel` extra): a PRODUCER span per enqueue whose W3C trace context rides in
+the JSON envelope, and a CONSUMER span per attempt linked to it, recorded by the SDK's in-memory
+exporter; an envelope field a worker does not know is ignored; without the API, nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from redis.asyncio import Redis
+
+from emq_worker import App, JobContext, Producer
+from emq_worker.jobs import codec
+from tests.support.running import running_worker, worker_settings
+from tests.support.wait import eventually
+
+EXPORTER = InMemorySpanExporter()
+
+
+class WhileRecording(SimpleSpanProcessor):
+    """Exports only during a test that asks for `spans`: the provider stays set for the rest of
+    the session (OpenTelemetry refuses to replace it), and later tests' spans are not kept."""
+
+    recording = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.recording:
+            super().on_end(span)
+
+
+PROCESSOR = WhileRecording(EXPORTER)
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(PROCESSOR)
+        trace.set_tracer_provider(provider)
+    EXPORTER.clear()
+    PROCESSOR.recording = True
+    try:
+        yield EXPORTER
+    finally:
+        PROCESSOR.recording = False
+        EXPORTER.clear()
+
+
+app = App()
+
+
+@app.task(max_attempts=2)
+async def charge(ctx: JobContext, amount: int) -> None:
+    if amount < 0:
+        raise ValueError(f"declined {amount}")
+    trace.get_current_span().add_event("charged")  # the attempt's span is current
+
+
+def of(exporter: InMemorySpanExporter, queue: str, kind: trace.SpanKind) -> list[ReadableSpan]:
+    return [
+        span
+        for span in exporter.get_finished_spans()
+        if span.kind is kind and (span.attributes or {}).get("messaging.destination.name") == queue
+    ]
+
+
+async def test_each_attempt_is_a_consumer_span_linked_to_the_enqueue(
+    spans: InMemorySpanExporter, client: Redis, redis_url: str, queue_name: str
+) -> None:
+    producer = Producer(client)
+    good = await producer.enqueue(queue_name, "charge", {"amount": 5})
+    bad = await producer.enqueue(queue_name, "charge", {"amount": -1})
+    sends = of(spans, queue_name, trace.SpanKind.PRODUCER)
+    assert [span.name for span in sends] == [f"send {queue_name}"] * 2
+    stored = await producer.queue(queue_name).get_job(good.job_id)
+    assert stored is not None
+    send = sends[0].get_span_context()
+    assert send is not None
+    traceparent = f"00-{send.trace_id:032x}-{send.span_id:016x}-{send.trace_flags:02x}"
+    assert json.loads(stored["payload"])["trace"] == {"traceparent": traceparent}
+
+    async with running_worker(worker_settings(queue_name, redis_url), app):
+
+        async def three_attempts() -> bool:
+            return len(of(spans, queue_name, trace.SpanKind.CONSUMER)) == 3
+
+        await eventually(three_attempts, what="three attempts traced")
+    processed = of(spans, queue_name, trace.SpanKind.CONSUMER)
+    by_job: dict[str, list[ReadableSpan]] = {}
+    for span in processed:
+        by_job.setdefault(str((span.attributes or {})["messaging.message.id"]), []).append(span)
+    (done,) = by_job[good.job_id]
+    assert done.status.status_code is trace.StatusCode.UNSET
+    assert [event.name for event in done.events] == ["charged"]
+    assert [link.context.span_id for link in done.links] == [send.span_id]
+    assert [link.context.trace_id for link in done.links] == [send.trace_id]
+    failed = by_job[bad.job_id]
+    assert [(s.attributes or {})["emq.attempt"] for s in failed] == [1, 2]
+    assert {s.status.status_code for s in failed} == {trace.StatusCode.ERROR}
+    assert {s.status.description for s in failed} == {"ValueError: declined -1"}
+    bad_send = sends[1].get_span_context()
+    assert bad_send is not None
+    assert {link.context.span_id for s in failed for link in s.links} == {bad_send.span_id}
+
+
+def test_an_envelope_field_a_worker_does_not_know_is_ignored() -> None:
+    traced = b'{"task":"charge","kwargs":{"a":1},"trace":{"traceparent":"00-ab-cd-01"},"x":2}'
+    assert codec.decode_job(traced) == ("charge", {"a": 1}, None)
+    assert codec.decode_message(traced).trace == {"traceparent": "00-ab-cd-01"}
+    # A malformed trace never costs the job.
+    assert codec.decode_message(b'{"task":"charge","trace":[1]}').trace is None
+
+
+def test_without_the_api_nothing_is_imported_and_enqueue_spans_are_no_ops() -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None  # as if the otel extra were not installed\n"
+        "import emq_worker\n"
+        "from emq_worker.jobs import codec, tracing\n"
+        "assert not tracing.ENABLED\n"
+        "with tracing.send_span('q', 1) as carrier:\n"
+        "    assert carrier is None\n"
+        "with tracing.process_span('q', 't', 'JOB00000000001', 1, {'traceparent': 'x'}) as s:\n"
+        "    tracing.failed(s, 'boom')\n"
+        "assert b'trace' not in codec.encode('t', {}, None, None)\n"
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry') and sys.modules[m]]\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
