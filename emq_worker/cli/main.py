@@ -13,7 +13,7 @@ from emq_worker.beat.config import WorkerSettings
 from emq_worker.cli import admin, control
 from emq_worker.cli.check import run_check
 from emq_worker.cli.dashboard import dashboard as dashboard_command
-from emq_worker.cli.demo import demo as demo_command
+from emq_worker.cli.demo.command import demo as demo_command
 from emq_worker.cli.dev import dev as dev_command
 from emq_worker.cli.enqueue import enqueue as enqueue_command
 from emq_worker.cli.health import health as health_command

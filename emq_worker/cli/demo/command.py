@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import click
 
-from emq_worker.demo.recorder import capture_in_process_logs
-from emq_worker.demo.server import DemoError, find_server, throwaway_server
-from emq_worker.demo.stories import STORIES, Story
+from emq_worker.cli.demo.recorder import capture_in_process_logs
+from emq_worker.cli.demo.server import DemoError, find_server, throwaway_server
+from emq_worker.cli.demo.stories import STORIES, Story
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.server.binary import label

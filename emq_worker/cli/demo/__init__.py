@@ -6,9 +6,9 @@ freezes), and prints what happened to one job per story, as measured: the worker
 (captured in-process; JSON lines from subprocesses) and the job's lease deadline polled from
 `active` on the server. Everything it started is stopped and removed on exit, Ctrl-C included.
 
-`demo_app` is the handlers' App: `emq-worker run --app emq_worker.demo.app:demo_app`.
+`demo_app` is the handlers' App: `emq-worker run --app emq_worker.cli.demo.app:demo_app`.
 """
 
-from emq_worker.demo.app import demo_app
+from emq_worker.cli.demo.app import demo_app
 
 __all__ = ["demo_app"]

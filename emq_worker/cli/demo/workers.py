@@ -19,10 +19,10 @@ from redis.asyncio import Redis
 
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.worker import Worker
-from emq_worker.demo.app import demo_app
-from emq_worker.demo.recorder import RECORDER
-from emq_worker.demo.server import DemoError
-from emq_worker.demo.timing import (
+from emq_worker.cli.demo.app import demo_app
+from emq_worker.cli.demo.recorder import RECORDER
+from emq_worker.cli.demo.server import DemoError
+from emq_worker.cli.demo.timing import (
     HOLDER_BEAT_MS,
     LEASE_MS,
     POLL_S,
@@ -111,9 +111,9 @@ class Subprocess:
 async def subprocess_worker(
     label: str, queue: str, url: str, client: Redis
 ) -> AsyncIterator[Subprocess]:
-    """`emq-worker run --app emq_worker.demo.app:demo_app` with JSON logs on stderr."""
+    """`emq-worker run --app emq_worker.cli.demo.app:demo_app` with JSON logs on stderr."""
     args = ["-c", "from emq_worker.cli.main import main; main()", "run", "--queue", queue]
-    args += ["--app", "emq_worker.demo.app:demo_app", "--redis-url", url, "--concurrency", "1"]
+    args += ["--app", "emq_worker.cli.demo.app:demo_app", "--redis-url", url, "--concurrency", "1"]
     args += ["--lease-ms", str(LEASE_MS), "--beat-ms", str(HOLDER_BEAT_MS), "--grace-ms", "500"]
     args += ["--log-format", "json", "--log-level", "debug"]
     process = await asyncio.create_subprocess_exec(

@@ -12,15 +12,15 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from emq_worker.demo.recorder import RECORDER, Event, LeaseWatch
-from emq_worker.demo.timing import (
+from emq_worker.cli.demo.recorder import RECORDER, Event, LeaseWatch
+from emq_worker.cli.demo.timing import (
     HOLDER_BEAT_MS,
     LEASE_MS,
     LONG_JOB_MS,
     SHORT_JOB_MS,
     STORY_TIMEOUT_S,
 )
-from emq_worker.demo.workers import in_process, settings, subprocess_worker
+from emq_worker.cli.demo.workers import in_process, settings, subprocess_worker
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.keys import QueueKeys
 

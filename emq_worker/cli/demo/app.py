@@ -1,4 +1,4 @@
-"""The demo's handlers: `emq-worker run --app emq_worker.demo.app:demo_app`."""
+"""The demo's handlers: `emq-worker run --app emq_worker.cli.demo.app:demo_app`."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 from redis.asyncio import Redis
 
-from emq_worker.demo.timing import POLL_S, STORY_TIMEOUT_S
+from emq_worker.cli.demo.timing import POLL_S, STORY_TIMEOUT_S
 from emq_worker.protocol.keys import QueueKeys
 
 

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from emq_worker.demo.timing import START_TIMEOUT_S
+from emq_worker.cli.demo.timing import START_TIMEOUT_S
 from emq_worker.server import binary
 from emq_worker.server.local import LocalServer, ServerStartError
 
