@@ -94,7 +94,8 @@ def test_a_worker_that_cannot_reach_redis_at_start_says_so_and_exits_1() -> None
     result = CliRunner().invoke(
         main,
         ["run", "--queue", "q", "--app", "emq_worker.examples.orders:app", "--log-format", "json"],
-        env={"EMQ_REDIS_URL": url},
+        # Nothing listens there: a short start-up wait (the default is 30 s) reaches the verdict.
+        env={"EMQ_REDIS_URL": url, "EMQ_CONNECT_WAIT_MS": "300"},
     )
     assert result.exit_code == 1
     assert "Traceback" not in result.output
