@@ -6,7 +6,7 @@
 -- KEYS[4] = emq:{q}:dead
 -- KEYS[5] = emq:{q}:limiter (the rate limit's counter: jobs leased in the current window)
 -- KEYS[6] = emq:{q}:suspects (SET of ids reap.lua marked: see 'Suspects' below)
--- KEYS[7] = emq:{q}:offers (ZSET of hand-off offers: see 'offered' below)
+-- KEYS[7] = emq:{q}:offers (ZSET of hand-off offers: see 'offered' below; PX the longest offer)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = lease_ms (> 0): the deadline is server TIME + lease_ms
 -- ARGV[3] = count (>= 0): the most jobs to lease
@@ -201,6 +201,11 @@ local function stand_ready(leased)
     now = now or now_ms()
     redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
     redis.call('ZADD', KEYS[7], now + offer_ms, offer)
+    -- The set outlives its newest offer by nothing: a key left behind (another client's
+    -- obliterate deletes by the names it knows) expires by itself.
+    if redis.call('PTTL', KEYS[7]) < offer_ms then
+      redis.call('PEXPIRE', KEYS[7], offer_ms)
+    end
     reply[1] = 'offered'
   end
 end

@@ -12,6 +12,7 @@
 --           dead-lettered or found gone is SREMed. (A single death, a crash, a freeze or a
 --           partition, makes no suspect. Every job returned gets `reaped_at`, the server time of
 --           the reap: claim lets a suspect share a worker once it has waited half a lease.)
+--           Each SADD sets the set's PX to a day.
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = batch: the most leases to reap in this call (ZRANGEBYSCORE ... LIMIT 0 batch)
 -- ARGV[3] = max_attempts: a lease that expires at attempts - attempts_base >= max_attempts goes
@@ -29,6 +30,9 @@
 --- @include fence
 --- @include events
 --- @include strays
+-- Our scripts remove a suspect whenever its job leaves; a member another client's settle or
+-- obliterate left behind goes with the set a day after the last suspect was added.
+local SUSPECTS_TTL_MS = 86400000
 local p, batch, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
 local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
@@ -61,6 +65,7 @@ for _, id in ipairs(expired) do
     local reaps = redis.call('HINCRBY', row, 'reaps', 1)
     if reaps >= 2 or tonumber(fields[1]) - tonumber(fields[2] or '0') + 1 >= max then
       redis.call('SADD', KEYS[6], id)
+      redis.call('PEXPIRE', KEYS[6], SUSPECTS_TTL_MS)
     end
     returned = returned + 1
     if listeners then
