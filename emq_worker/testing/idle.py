@@ -50,11 +50,16 @@ async def run_until_idle(
     client = connect(url, DEFAULT_WIRE_VERSION)
     target = Queue(client, Scripts(), queue)
     try:
-        with anyio.move_on_after(timeout_s) as scope:
-            async with anyio.create_task_group() as group:
-                group.start_soon(worker.run)
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            with anyio.move_on_after(timeout_s) as scope:
                 await worker.ready.wait()
                 await _until_idle(target, forward)
+            # Stopped from outside its task, never by cancelling it: the worker then closes its
+            # own connections (a cancelled close left one open, a ResourceWarning at GC).
+            if scope.cancelled_caught and worker.ready.is_set():
+                worker.force_stop()  # a handler still running is cancelled, its lease left
+            else:
                 worker.request_stop()
         if scope.cancelled_caught:
             raise NotIdleError(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from emq_worker.admin import dead as dead_letter
 from emq_worker.errors import LockedError
@@ -38,9 +39,21 @@ async def dead_with_a_lock_field(conf: Harness, emq: EchoMQ) -> JobId:
     return job_id
 
 
+async def expires_hash_fields(client: Redis) -> bool:
+    """Whether the server has HPEXPIRE (Redis >= 7.4, Valkey >= 9): there EchoMQ's field lapses
+    with its marker, and never becomes the stale field these tests are about."""
+    try:
+        await client.execute_command("HPEXPIRE", "emq-probe:{hfe}", 1, "FIELDS", 1, "f")
+    except ResponseError:
+        return False
+    return True
+
+
 async def test_a_stale_lock_field_does_not_block_dead_purge_forever(
     conf: Harness, emq: EchoMQ
 ) -> None:
+    if await expires_hash_fields(conf.client):
+        pytest.skip("this server expires hash fields: the lock field lapses with its marker")
     job_id = await dead_with_a_lock_field(conf, emq)
     await lapse(2 * ECHOMQ_LEASE_MS + 20)  # the plane's marker has expired; the field has not
     assert not await conf.exists(conf.keys.lock(job_id))
