@@ -43,7 +43,7 @@ async def expires_hash_fields(client: Redis) -> bool:
     """Whether the server has HPEXPIRE (Redis >= 7.4, Valkey >= 9): there EchoMQ's field lapses
     with its marker, and never becomes the stale field these tests are about."""
     try:
-        await client.execute_command("HPEXPIRE", "emq-probe:{hfe}", 1, "FIELDS", 1, "f")
+        await client.hpexpire("emq-probe:{hfe}", 1, "f")
     except ResponseError:
         return False
     return True
