@@ -14,6 +14,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.cli.operator import job_ids_callback, queue_name_callback, report
 from emq_worker.cli.options import (
+    app_dir_option,
     failure_message,
     json_object,
     redis_url_option,
@@ -71,15 +72,7 @@ def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]
     default=None,
     help="module[:attribute] of the App: check TASK and KWARGS against its handler first.",
 )
-@click.option(
-    "--app-dir",
-    show_envvar=True,
-    envvar="EMQ_APP_DIR",
-    default=".",
-    show_default=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Directory put first on sys.path before --app is imported.",
-)
+@app_dir_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"job_id", "duplicate"} as JSON.')
 @redis_url_option
 @wire_version_option

@@ -18,6 +18,7 @@ from emq_worker.cli.dev import dev as dev_command
 from emq_worker.cli.enqueue import enqueue as enqueue_command
 from emq_worker.cli.health import health as health_command
 from emq_worker.cli.options import (
+    app_dir_option,
     failure_message,
     queue_names,
     redis_url_option,
@@ -69,15 +70,7 @@ def main() -> None:
     required=True,
     help="module[:attribute] of the emq_worker.App with the handlers (attribute: app).",
 )
-@click.option(
-    "--app-dir",
-    show_envvar=True,
-    envvar="EMQ_APP_DIR",
-    default=".",
-    show_default=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Directory put first on sys.path before --app is imported.",
-)
+@app_dir_option
 @click.option(
     "--raw-task",
     "raw_tasks",

@@ -53,6 +53,15 @@ redis_url_option = click.option(
     help="Where Redis/Valkey is: redis://, rediss://, unix://, redis+cluster://..., or @FILE "
     "(see `emq-worker --help`).",
 )
+app_dir_option = click.option(
+    "--app-dir",
+    show_envvar=True,
+    envvar="EMQ_APP_DIR",
+    default=".",
+    show_default=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory put first on sys.path before --app is imported.",
+)
 wire_version_option = click.option(
     "--wire-version",
     show_envvar=True,
