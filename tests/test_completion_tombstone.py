@@ -139,12 +139,22 @@ async def test_remove_forgets_a_completed_job_so_its_id_may_run_again(conf: Harn
 async def test_remove_with_the_dedup_id_forgets_its_completed_job(conf: Harness) -> None:
     first = await conf.producer.enqueue(conf.queue.name, "charge", dedup_id="d")
     await _run_to_completion(conf, first.job_id)
-    assert await conf.queue.remove(first.job_id, "other") is False  # not its key: gone
     assert await conf.queue.remove(first.job_id, "d") is True
     assert not await conf.exists(conf.keys.prefix + "de:d")
+    assert await conf.queue.remove(first.job_id, "d") is False  # nothing left at all: gone
     again = await conf.producer.enqueue(conf.queue.name, "charge", dedup_id="d")
     assert not again.duplicate
     assert again.job_id != first.job_id
+
+
+async def test_remove_by_id_alone_frees_a_completed_jobs_dedup_id(conf: Harness) -> None:
+    """The completion tombstone is `idem:<id>`: forgetting it frees the dedup id too (its key,
+    still naming the job, is taken over by the next enqueue)."""
+    first = await conf.producer.enqueue(conf.queue.name, "charge", dedup_id="d")
+    await _run_to_completion(conf, first.job_id)
+    assert await conf.queue.remove(first.job_id) is True
+    again = await conf.producer.enqueue(conf.queue.name, "charge", dedup_id="d")
+    assert not again.duplicate
 
 
 async def test_remove_of_a_live_job_frees_its_id(conf: Harness) -> None:
@@ -158,15 +168,34 @@ async def test_remove_of_a_live_job_frees_its_id(conf: Harness) -> None:
     )
 
 
-async def test_a_dedup_key_with_a_ttl_holds_even_when_its_job_vanished(conf: Harness) -> None:
-    """A TTL on de:<did> (the completion window, or dedup_ttl_ms) is what marks a job gone
-    from its row as completed: the key is held until it lapses. One without is taken over."""
+@pytest.mark.parametrize("dedup_ttl_ms", [None, 60_000])
+async def test_a_dedup_key_whose_job_another_client_deleted_is_taken_over(
+    conf: Harness, dedup_ttl_ms: int | None
+) -> None:
+    """Only a completion within the window (its `idem:<id>` tombstone) holds a dedup id once the
+    job's row is gone: EchoMQ's complete, drain and obliterate delete rows without one."""
     first = await conf.producer.enqueue(
-        conf.queue.name, "charge", dedup_id="t", dedup_ttl_ms=60_000
+        conf.queue.name, "charge", dedup_id="t", dedup_ttl_ms=dedup_ttl_ms
     )
     await conf.client.delete(conf.keys.job(first.job_id))
     again = await conf.producer.enqueue(conf.queue.name, "charge", dedup_id="t")
-    assert again == (first.job_id, True)
+    assert not again.duplicate
+    assert await conf.client.get(conf.keys.prefix + "de:t") == again.job_id.encode()
+
+
+@pytest.mark.parametrize("delay_ms", [0, 3_600_000])
+async def test_the_keys_that_mark_a_live_job_expire_by_themselves(
+    conf: Harness, delay_ms: int
+) -> None:
+    """A dedup key given no TTL and a chosen id's live marker still expire (30 days past the
+    job's due time), so no key outlives a queue that another client deleted by known names."""
+    hold_ms = 30 * 24 * 3600 * 1000
+    chosen = conf.mint()
+    await conf.producer.enqueue(conf.queue.name, "charge", job_id=chosen, delay_ms=delay_ms)
+    await conf.producer.enqueue(conf.queue.name, "charge", dedup_id="h", delay_ms=delay_ms)
+    for key in (idem_key(conf, chosen), conf.keys.prefix + "de:h"):
+        left = await conf.client.pttl(key)
+        assert hold_ms + delay_ms - 60_000 < left <= hold_ms + delay_ms, key
 
 
 async def test_a_live_marker_whose_row_vanished_is_taken_over(conf: Harness) -> None:

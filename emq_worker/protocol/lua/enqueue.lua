@@ -15,16 +15,19 @@
 --           lost: it replies the memo again and writes nothing, however the jobs fared since.
 -- ARGV[4] = d, the number of dedup triples that follow (0 on the common path)
 -- ARGV[5] = c, the number of chosen-id indices that follow the triples (0 on the common path)
--- ARGV[6..] = d triples: job index (1-based, in the job list below), did, ttl_ms (0: no TTL).
---             The job is enqueued only if p.."de:"..did is free: absent, or naming a job whose
---             row is gone while the key has no TTL (left behind by another client). A key with
---             a TTL is held until it lapses: settle PEXPIREs a completed job's key to the
---             completion window. Then de:<did> = id (PX ttl_ms when > 0) and the row gets a
---             `dedup` field = did, so completion and remove can find the key.
+-- ARGV[6..] = d triples: job index (1-based, in the job list below), did, ttl_ms (0: none
+--             given). The job is enqueued only if p.."de:"..did is free: absent, or naming a job
+--             whose row is gone and which did not complete within the window (no
+--             p.."idem:"..<that id> = "completed"): another client deleted it. Then de:<did> = id
+--             PX ttl_ms, or, with none given, PX DEDUP_HOLD_MS past the job's due time: the key
+--             names the job while it lives and still expires by itself when another client
+--             deletes the queue by known names. The row gets a `dedup` field = did, so
+--             completion and remove can find the key.
 -- then    = c job indices (1-based) whose id the caller chose: such a job is a duplicate also
 --           while p.."idem:"..id is "completed" (settle's completion tombstone, PX the worker's
---           completed_ttl_ms); enqueued, it sets idem:<id> = "live", so its completion leaves
---           that tombstone. The row itself keeps its three fields.
+--           completed_ttl_ms); enqueued, it sets idem:<id> = "live" PX DEDUP_HOLD_MS past its
+--           due time, so its completion leaves that tombstone. The row itself keeps its three
+--           fields (EchoMQ's conformance requires them).
 -- then    = one quadruple per job: id, payload, mode ("now" | "in" | "at"), ms
 --             ("in": ms from now on the server clock; "at": absolute unix ms; "now": ignored)
 --
@@ -46,6 +49,10 @@
 --- @include now_ms
 --- @include fence
 --- @include events
+-- How long a dedup key given no TTL, and a chosen id's live marker, outlive the job's due time
+-- (30 days): far beyond a job's life in a served queue, and the bound on a key that another
+-- client's obliterate (which deletes by known names) leaves behind.
+local DEDUP_HOLD_MS = 30 * 24 * 3600 * 1000
 local p, memo_ms = ARGV[1], tonumber(ARGV[3])
 local memo = p .. 'enqueue:' .. ARGV[2]
 -- A re-send: the first copy's reply, entry by entry ("1", "0" or a holder's id).
@@ -82,15 +89,21 @@ end
 local function completed(id)
   return redis.call('GET', p .. 'idem:' .. id) == 'completed'
 end
--- The id de:<did> names, when that job still exists or the key has a TTL (a completed job's
--- window, or dedup_ttl_ms); else nil (the key is free to take).
+-- The id de:<did> names, when that job still exists or completed within the window; else nil
+-- (the key is free to take: its job was deleted by another client).
 local function parked(did)
-  local key = p .. 'de:' .. did
-  local holder = redis.call('GET', key)
-  if holder and (redis.call('EXISTS', p .. 'job:' .. holder) == 1 or redis.call('PTTL', key) > 0) then
+  local holder = redis.call('GET', p .. 'de:' .. did)
+  if holder and (redis.call('EXISTS', p .. 'job:' .. holder) == 1 or completed(holder)) then
     return holder
   end
   return nil
+end
+-- The row's fields: the three every job has, then the dedup id that completion and remove read.
+local function row_fields(state, attempts, payload, did)
+  if did then
+    return {'state', state, 'attempts', attempts, 'payload', payload, 'dedup', did}
+  end
+  return {'state', state, 'attempts', attempts, 'payload', payload}
 end
 local replies, ready, enqueued = {}, {}, 0
 local now = nil
@@ -123,12 +136,7 @@ local function hand_off(id, payload, did)
     if nonce and not string.find(id, ':', 1, true) then
       lease = tonumber(lease)
       local row = p .. 'job:' .. id
-      if did then
-        redis.call('HSET', row, 'state', 'active', 'attempts', '1', 'payload', payload,
-          'dedup', did)
-      else
-        redis.call('HSET', row, 'state', 'active', 'attempts', '1', 'payload', payload)
-      end
+      redis.call('HSET', row, unpack(row_fields('active', '1', payload, did)))
       redis.call('SET', row .. ':lock', '1:' .. nonce, 'PX', 2 * lease)
       redis.call('ZADD', KEYS[5], now + lease, id)
       local box = p .. 'handoff:' .. nonce
@@ -156,33 +164,33 @@ for i = jobs_from, #ARGV, 4 do
       replies[#replies + 1] = holder
     else
       local state = (mode == 'now') and 'pending' or 'scheduled'
-      if did then
-        local ttl = tonumber(ARGV[d + 2])
-        if ttl > 0 then
-          redis.call('SET', p .. 'de:' .. did, id, 'PX', ttl)
-        else
-          redis.call('SET', p .. 'de:' .. did, id)
+      local at = nil
+      if mode ~= 'now' then
+        at = tonumber(ARGV[i + 3])
+        if mode == 'in' then
+          now = now or now_ms()
+          at = now + at
         end
       end
+      local hold = nil
+      if did or chosen[index] then
+        now = now or now_ms()
+        hold = DEDUP_HOLD_MS + math.max(0, (at or now) - now)
+      end
+      if did then
+        local ttl = tonumber(ARGV[d + 2])
+        redis.call('SET', p .. 'de:' .. did, id, 'PX', ttl > 0 and ttl or hold)
+      end
       if chosen[index] then
-        redis.call('SET', p .. 'idem:' .. id, 'live')
+        redis.call('SET', p .. 'idem:' .. id, 'live', 'PX', hold)
       end
       -- A job leased to a parked worker has its row written already: no pending entry, no wake.
       if not (mode == 'now' and hand_off(id, payload, did)) then
-        if did then
-          redis.call('HSET', row, 'state', state, 'attempts', '0', 'payload', payload, 'dedup', did)
-        else
-          redis.call('HSET', row, 'state', state, 'attempts', '0', 'payload', payload)
-        end
+        redis.call('HSET', row, unpack(row_fields(state, '0', payload, did)))
         if mode == 'now' then
           ready[#ready + 1] = 0
           ready[#ready + 1] = id
         else
-          local at = tonumber(ARGV[i + 3])
-          if mode == 'in' then
-            now = now or now_ms()
-            at = now + at
-          end
           redis.call('ZADD', KEYS[2], at, id)
           scheduled = scheduled + 1
         end

@@ -13,10 +13,11 @@
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = receipt_ms: how long each holder's receipt answers a re-sent settle
 -- ARGV[3] = completed_ttl_ms: the completion window. A completed job enqueued with a chosen id
---           (p.."idem:"..id exists) gets the tombstone idem:<id> = "completed" PX
---           completed_ttl_ms; one with a dedup id keeps its de:<dedup> key while it names the
---           job, PEXPIREd to completed_ttl_ms (unless its own TTL ends sooner): enqueue reports
---           both as duplicates until then. 0: no tombstone; both keys are deleted.
+--           (p.."idem:"..id = "live" exists) or a dedup id (its `dedup` field, while de:<dedup>
+--           names it) gets the tombstone idem:<id> = "completed" PX completed_ttl_ms; de:<dedup>
+--           keeps naming the job, PEXPIREd to completed_ttl_ms (unless its own TTL ends sooner):
+--           enqueue reports both as duplicates until then. 0: no tombstone; both keys are
+--           deleted.
 -- ARGV[4] = n, the number of completions that follow
 -- ARGV[5] = r, how many of those n store a result (they come first; 0 on the common path)
 -- ARGV[6..] = r quintuples, id, token, nonce, result_ttl_ms, result, then n - r triples, id,
@@ -80,10 +81,11 @@ local function refuse(refusal, id, token)
   end
 end
 
--- The completion tombstone of a job with a chosen id (its idem key exists) or a dedup id (`did`
--- while de:<did> names it): a re-sent enqueue of either is a duplicate for the window. The
--- dedup key is its own tombstone: it keeps naming the job, now with a TTL, which enqueue reads
--- as "completed" once the row is gone.
+-- The completion tombstone of a job with a chosen id (its idem:<id> = "live" marker) or a dedup
+-- id (`did` while de:<did> names it): a re-sent enqueue of either is a duplicate for the window.
+-- idem:<id> says "completed" (for a dedup job too: enqueue tells a completed job from one another
+-- client deleted), and de:<did> keeps naming the job for as long. SET XX turns a live marker
+-- into the tombstone and writes nothing for a minted id.
 local function tombstone(id, did)
   local idem = p .. 'idem:' .. id
   local de = did and p .. 'de:' .. did
@@ -97,7 +99,11 @@ local function tombstone(id, did)
     end
     return
   end
-  redis.call('SET', idem, 'completed', 'XX', 'PX', completed_ttl)
+  if de then
+    redis.call('SET', idem, 'completed', 'PX', completed_ttl)
+  else
+    redis.call('SET', idem, 'completed', 'XX', 'PX', completed_ttl)
+  end
   if de then
     local left = redis.call('PTTL', de)
     if left < 0 or left > completed_ttl then
