@@ -1,6 +1,7 @@
 """OpenTelemetry tracing (the `otel` extra): a PRODUCER span per enqueue call, whose W3C trace
 context travels in the job's JSON envelope (`"trace": {"traceparent": ...}`), and a CONSUMER
-span per attempt, linked to it, current while the handler runs.
+span per attempt, linked to it, current while the handler runs and open until the attempt's
+outcome is written, with an event when the fence refuses one of its writes or its lease is lost.
 
 Without opentelemetry-api nothing is imported and every function here is a no-op; with it but no
 tracer provider set by the application, no span is started either. A worker
@@ -17,6 +18,10 @@ from typing import Any, Final
 
 SYSTEM: Final = "echomq"
 TRACER: Final = "emq_worker"
+FENCED: Final = "emq.fenced"
+"""The span event of a write the fence refused (see `fenced`)."""
+LEASE_LOST: Final = "emq.lease_lost"
+"""The span event of a lease the worker gave up (see `lease_lost`)."""
 
 
 def _load() -> tuple[ModuleType, ModuleType] | None:
@@ -71,16 +76,16 @@ def send_span(queue: str, count: int) -> Iterator[dict[str, str] | None]:
         yield carrier or None
 
 
-@contextmanager
-def process_span(
+def start_attempt(
     queue: str, task: str, job_id: str, attempt: int, carrier: Mapping[str, str] | None
-) -> Iterator[Any]:
-    """A CONSUMER span for one attempt of a job, current while its handler runs, linked to the
-    span that enqueued it (when its envelope carries one); yields it (None without the API)."""
+) -> Any:
+    """A started CONSUMER span for one attempt of a job, linked to the span that enqueued it
+    (when its envelope carries one), or None when tracing is off. It is not current yet
+    (`current` makes it so while the handler runs) and stays open until the attempt's outcome
+    is written or the job is dropped (`end`), so a fenced write or a lost lease lands on it."""
     otel = _active()
     if otel is None:
-        yield None
-        return
+        return None
     trace, propagate = otel
     links = []
     if carrier:
@@ -95,16 +100,28 @@ def process_span(
         "emq.task": task,
         "emq.attempt": attempt,
     }
-    tracer = trace.get_tracer(TRACER)
-    with tracer.start_as_current_span(
-        f"process {queue}",
-        kind=trace.SpanKind.CONSUMER,
-        attributes=attributes,
-        links=links,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        yield span
+    return trace.get_tracer(TRACER).start_span(
+        f"process {queue}", kind=trace.SpanKind.CONSUMER, attributes=attributes, links=links
+    )
+
+
+@contextmanager
+def current(span: Any) -> Iterator[None]:
+    """Make the attempt's span current (the handler's own spans become its children); it is
+    not ended on exit, nor marked by an exception (the job's outcome decides its status)."""
+    if span is None or _otel is None:
+        yield
+        return
+    with _otel[0].use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    ):
+        yield
+
+
+def end(span: Any) -> None:
+    """End the attempt's span: its outcome is written, or the job was dropped."""
+    if span is not None:
+        span.end()
 
 
 def failed(span: Any, error: str) -> None:
@@ -113,3 +130,40 @@ def failed(span: Any, error: str) -> None:
         return
     trace = _otel[0]
     span.set_status(trace.Status(trace.StatusCode.ERROR, error))
+
+
+def fenced(
+    span: Any, job_id: str, token: int | str, write: str, current: str, refusal: str = "stale"
+) -> None:
+    """Event FENCED on the attempt's span: its `write` (settle, renew, progress, log) was
+    refused by the fence; `current` is what the server holds instead (another claim's attempts
+    or lock value; '' when the row is gone), `refusal` the script's word (stale, gone, state)."""
+    if span is None:
+        return
+    span.add_event(
+        FENCED,
+        {
+            "messaging.message.id": job_id,
+            "emq.token": int(token),
+            "emq.write": write,
+            "emq.refusal": refusal,
+            "emq.current": current,
+        },
+    )
+
+
+def lease_lost(span: Any, job_id: str, token: int | str, current: str, reason: str) -> None:
+    """Event LEASE_LOST on the attempt's span: the worker gave the job up (`reason`: `renew`,
+    the server reported the lease lost, `current` being what it holds instead; `unconfirmed`,
+    no renewal confirmed it for a whole lease). Its handler is cancelled, its result unwritten."""
+    if span is None:
+        return
+    span.add_event(
+        LEASE_LOST,
+        {
+            "messaging.message.id": job_id,
+            "emq.token": int(token),
+            "emq.reason": reason,
+            "emq.current": current,
+        },
+    )
