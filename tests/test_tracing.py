@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
@@ -109,3 +110,50 @@ def test_without_the_api_nothing_is_imported_and_enqueue_spans_are_no_ops() -> N
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_spans_start_once_an_application_sets_a_provider_not_before() -> None:
+    script = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from emq_worker.jobs import tracing\n"
+        "assert tracing.ENABLED and not tracing.active()\n"
+        "with tracing.send_span('q', 1) as carrier:\n"
+        "    assert carrier is None\n"
+        "assert tracing.start_attempt('q', 't', 'JOB00000000001', 1, None) is None\n"
+        "trace.set_tracer_provider(TracerProvider())\n"
+        "assert tracing.active()\n"
+        "with tracing.send_span('q', 1) as carrier:\n"
+        "    assert carrier is not None and carrier['traceparent'].startswith('00-')\n"
+        "span = tracing.start_attempt('q', 't', 'JOB00000000001', 1, carrier)\n"
+        "assert span is not None and span.is_recording()\n"
+        "with tracing.current(span):\n"
+        "    assert trace.get_current_span() is span\n"
+        "tracing.end(span)\n"
+        "assert not span.is_recording()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_tracing_cost_bench_runs_every_mode_as_it_says(repo_root: Path) -> None:
+    """`python -m bench.tracing_cost` (figures in docs/explanation/performance.md), tiny: each
+    mode really is what its row says (no tracer called without a provider)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.tracing_cost", "--jobs", "200", "--repeat", "1"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| ")][2:]
+    assert [(row[0], row[1]) for row in rows] == [
+        ("| absent (no otel extra)", "no"),
+        ("| api, no SDK configured", "no"),
+        ("| SDK, sampled out (ALWAYS_OFF)", "yes"),
+        ("| SDK, recording (exporter drops)", "yes"),
+    ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import ModuleType
 from typing import Any, Final
 
@@ -39,26 +39,65 @@ ENABLED: Final = _otel is not None
 """opentelemetry-api is installed."""
 
 
-def _active() -> tuple[ModuleType, ModuleType] | None:
-    """The API, once an application set a tracer provider: until then the API's proxy records
-    nothing, and skipping it spares each enqueue and attempt some 20 us of no-op span work."""
+class _Tracer:
+    """The tracer spans start from, looked up again only when the global provider changes:
+    the API's `get_tracer_provider()` reads the environment on every call, and an SDK
+    provider's `get_tracer` builds a new tracer each time (together some microseconds a job)."""
+
+    __slots__ = ("looked", "provider", "tracer")
+
+    def __init__(self) -> None:
+        self.looked = False
+        self.provider: Any = None
+        self.tracer: Any = None
+
+    def get(self, trace: ModuleType) -> Any:
+        """The tracer, or None while no application has set a provider (the API's proxy
+        records nothing: skipping it spares each enqueue and attempt its no-op span work)."""
+        # The API's global, read directly, unless this API lacks it; the getter runs once,
+        # to load a provider named by OTEL_PYTHON_TRACER_PROVIDER.
+        provider: Any = getattr(trace, "_TRACER_PROVIDER", _NO_GLOBAL)
+        if provider is _NO_GLOBAL or (provider is None and not self.looked):
+            self.looked = True
+            provider = trace.get_tracer_provider()
+        if provider is None:
+            return None
+        if provider is not self.provider:
+            recording = not isinstance(
+                provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider
+            )
+            self.tracer = provider.get_tracer(TRACER) if recording else None
+            self.provider = provider
+        return self.tracer
+
+
+_NO_GLOBAL: Final = object()
+_TRACER = _Tracer()
+_NO_CARRIER: Final = nullcontext(None)
+_NOTHING: Final = nullcontext()
+
+
+def active() -> bool:
+    """Whether spans are started: the API is installed and an application set a provider."""
+    return _otel is not None and _TRACER.get(_otel[0]) is not None
+
+
+def send_span(queue: str, count: int) -> AbstractContextManager[dict[str, str] | None]:
+    """A PRODUCER span around one enqueue call of `count` jobs on `queue`, which yields the
+    carrier (`traceparent`, and `tracestate` when set) each JSON envelope of the call takes,
+    or None (a shared no-op context while tracing is off)."""
     if _otel is None:
-        return None
-    trace = _otel[0]
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
-        return None
-    return _otel
+        return _NO_CARRIER
+    tracer = _TRACER.get(_otel[0])
+    if tracer is None:
+        return _NO_CARRIER
+    return _sending(_otel, tracer, queue, count)
 
 
 @contextmanager
-def send_span(queue: str, count: int) -> Iterator[dict[str, str] | None]:
-    """A PRODUCER span around one enqueue call of `count` jobs on `queue`; yields the carrier
-    (`traceparent`, and `tracestate` when set) each JSON envelope of the call takes, or None."""
-    otel = _active()
-    if otel is None:
-        yield None
-        return
+def _sending(
+    otel: tuple[ModuleType, ModuleType], tracer: Any, queue: str, count: int
+) -> Iterator[dict[str, str] | None]:
     trace, propagate = otel
     attributes: dict[str, str | int] = {
         "messaging.system": SYSTEM,
@@ -67,7 +106,6 @@ def send_span(queue: str, count: int) -> Iterator[dict[str, str] | None]:
     }
     if count != 1:
         attributes["messaging.batch.message_count"] = count
-    tracer = trace.get_tracer(TRACER)
     with tracer.start_as_current_span(
         f"send {queue}", kind=trace.SpanKind.PRODUCER, attributes=attributes
     ):
@@ -83,10 +121,12 @@ def start_attempt(
     (when its envelope carries one), or None when tracing is off. It is not current yet
     (`current` makes it so while the handler runs) and stays open until the attempt's outcome
     is written or the job is dropped (`end`), so a fenced write or a lost lease lands on it."""
-    otel = _active()
-    if otel is None:
+    if _otel is None:
         return None
-    trace, propagate = otel
+    tracer = _TRACER.get(_otel[0])
+    if tracer is None:
+        return None
+    trace, propagate = _otel
     links = []
     if carrier:
         context = trace.get_current_span(propagate.extract(dict(carrier))).get_span_context()
@@ -100,22 +140,20 @@ def start_attempt(
         "emq.task": task,
         "emq.attempt": attempt,
     }
-    return trace.get_tracer(TRACER).start_span(
+    return tracer.start_span(
         f"process {queue}", kind=trace.SpanKind.CONSUMER, attributes=attributes, links=links
     )
 
 
-@contextmanager
-def current(span: Any) -> Iterator[None]:
+def current(span: Any) -> AbstractContextManager[Any]:
     """Make the attempt's span current (the handler's own spans become its children); it is
     not ended on exit, nor marked by an exception (the job's outcome decides its status)."""
     if span is None or _otel is None:
-        yield
-        return
-    with _otel[0].use_span(
+        return _NOTHING
+    using: AbstractContextManager[Any] = _otel[0].use_span(
         span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-    ):
-        yield
+    )
+    return using
 
 
 def end(span: Any) -> None:
