@@ -118,6 +118,7 @@ def test_spans_start_once_an_application_sets_a_provider_not_before() -> None:
         "from opentelemetry.sdk.trace import TracerProvider\n"
         "from emq_worker.jobs import tracing\n"
         "assert tracing.ENABLED and not tracing.active()\n"
+        "assert tracing._by_getter() is tracing._by_global() is None\n"
         "with tracing.send_span('q', 1) as carrier:\n"
         "    assert carrier is None\n"
         "assert tracing.start_attempt('q', 't', 'JOB00000000001', 1, None) is None\n"
@@ -131,6 +132,7 @@ def test_spans_start_once_an_application_sets_a_provider_not_before() -> None:
         "    assert trace.get_current_span() is span\n"
         "tracing.end(span)\n"
         "assert not span.is_recording()\n"
+        "assert tracing._by_getter() is tracing._by_global() is not None  # (an API sans global)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False

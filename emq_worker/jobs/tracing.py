@@ -39,57 +39,78 @@ ENABLED: Final = _otel is not None
 """opentelemetry-api is installed."""
 
 
-class _Tracer:
-    """The tracer spans start from, looked up again only when the global provider changes:
-    the API's `get_tracer_provider()` reads the environment on every call, and an SDK
-    provider's `get_tracer` builds a new tracer each time (together some microseconds a job)."""
+class _Tracers:
+    """The tracer spans start from, looked up again only when the API's global provider
+    changes: its getter reads the environment on every call, and an SDK provider's `get_tracer`
+    builds a new tracer each time (together some microseconds a job)."""
 
-    __slots__ = ("looked", "provider", "tracer")
+    __slots__ = ("provider", "tracer")
 
     def __init__(self) -> None:
-        self.looked = False
-        self.provider: Any = None
+        self.provider: Any = _UNSEEN
+        """The global provider the tracer was looked up for."""
         self.tracer: Any = None
+        """None while no application has set a provider: the API's proxy records nothing, and
+        skipping it spares each enqueue and attempt its no-op span work."""
 
-    def get(self, trace: ModuleType) -> Any:
-        """The tracer, or None while no application has set a provider (the API's proxy
-        records nothing: skipping it spares each enqueue and attempt its no-op span work)."""
-        # The API's global, read directly, unless this API lacks it; the getter runs once,
-        # to load a provider named by OTEL_PYTHON_TRACER_PROVIDER.
-        provider: Any = getattr(trace, "_TRACER_PROVIDER", _NO_GLOBAL)
-        if provider is _NO_GLOBAL or (provider is None and not self.looked):
-            self.looked = True
-            provider = trace.get_tracer_provider()
-        if provider is None:
-            return None
-        if provider is not self.provider:
-            recording = not isinstance(
-                provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider
-            )
-            self.tracer = provider.get_tracer(TRACER) if recording else None
-            self.provider = provider
+    def update(self, trace: ModuleType, provider: Any) -> Any:
+        if self.provider is _UNSEEN:
+            trace.get_tracer_provider()  # once: it loads one OTEL_PYTHON_TRACER_PROVIDER names
+            provider = getattr(trace, "_TRACER_PROVIDER", None)
+        recording = provider is not None and not isinstance(provider, trace.NoOpTracerProvider)
+        self.tracer = provider.get_tracer(TRACER) if recording else None
+        self.provider = provider
         return self.tracer
 
 
-_NO_GLOBAL: Final = object()
-_TRACER = _Tracer()
+_UNSEEN: Final = object()
+_TRACERS = _Tracers()
+
+
+def _by_global() -> Any:
+    """The tracer, or None while tracing is off (the API absent, or no provider set)."""
+    if _otel is None:
+        return None
+    trace = _otel[0]
+    # The API's global, read directly: the hot path of an untraced job is this comparison.
+    provider = trace._TRACER_PROVIDER
+    if provider is _TRACERS.provider:
+        return _TRACERS.tracer
+    return _TRACERS.update(trace, provider)
+
+
+def _by_getter() -> Any:
+    """`_by_global` for an API without the `_TRACER_PROVIDER` global: its getter each time."""
+    if _otel is None:
+        return None
+    trace = _otel[0]
+    provider = trace.get_tracer_provider()
+    if provider is _TRACERS.provider:
+        return _TRACERS.tracer
+    recording = not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    _TRACERS.tracer = provider.get_tracer(TRACER) if recording else None
+    _TRACERS.provider = provider
+    return _TRACERS.tracer
+
+
+_tracer: Final = (
+    _by_getter if _otel is not None and not hasattr(_otel[0], "_TRACER_PROVIDER") else _by_global
+)
 _NO_CARRIER: Final = nullcontext(None)
 _NOTHING: Final = nullcontext()
 
 
 def active() -> bool:
     """Whether spans are started: the API is installed and an application set a provider."""
-    return _otel is not None and _TRACER.get(_otel[0]) is not None
+    return _tracer() is not None
 
 
 def send_span(queue: str, count: int) -> AbstractContextManager[dict[str, str] | None]:
     """A PRODUCER span around one enqueue call of `count` jobs on `queue`, which yields the
     carrier (`traceparent`, and `tracestate` when set) each JSON envelope of the call takes,
     or None (a shared no-op context while tracing is off)."""
-    if _otel is None:
-        return _NO_CARRIER
-    tracer = _TRACER.get(_otel[0])
-    if tracer is None:
+    tracer = _tracer()
+    if tracer is None or _otel is None:
         return _NO_CARRIER
     return _sending(_otel, tracer, queue, count)
 
@@ -121,10 +142,8 @@ def start_attempt(
     (when its envelope carries one), or None when tracing is off. It is not current yet
     (`current` makes it so while the handler runs) and stays open until the attempt's outcome
     is written or the job is dropped (`end`), so a fenced write or a lost lease lands on it."""
-    if _otel is None:
-        return None
-    tracer = _TRACER.get(_otel[0])
-    if tracer is None:
+    tracer = _tracer()
+    if tracer is None or _otel is None:
         return None
     trace, propagate = _otel
     links = []
