@@ -8,49 +8,25 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer
 from emq_worker.jobs import codec
 from tests.support.running import running_worker, worker_settings
+from tests.support.spans import of, recording
 from tests.support.wait import eventually
-
-EXPORTER = InMemorySpanExporter()
-
-
-class WhileRecording(SimpleSpanProcessor):
-    """Exports only during a test that asks for `spans`: the provider stays set for the rest of
-    the session (OpenTelemetry refuses to replace it), and later tests' spans are not kept."""
-
-    recording = False
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if self.recording:
-            super().on_end(span)
-
-
-PROCESSOR = WhileRecording(EXPORTER)
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(PROCESSOR)
-        trace.set_tracer_provider(provider)
-    EXPORTER.clear()
-    PROCESSOR.recording = True
-    try:
-        yield EXPORTER
-    finally:
-        PROCESSOR.recording = False
-        EXPORTER.clear()
+    with recording() as exporter:
+        yield exporter
 
 
 app = App()
@@ -60,15 +36,8 @@ app = App()
 async def charge(ctx: JobContext, amount: int) -> None:
     if amount < 0:
         raise ValueError(f"declined {amount}")
-    trace.get_current_span().add_event("charged")  # the attempt's span is current
-
-
-def of(exporter: InMemorySpanExporter, queue: str, kind: trace.SpanKind) -> list[ReadableSpan]:
-    return [
-        span
-        for span in exporter.get_finished_spans()
-        if span.kind is kind and (span.attributes or {}).get("messaging.destination.name") == queue
-    ]
+    assert ctx.span is trace.get_current_span()  # the attempt's span is current
+    ctx.span.add_event("charged")
 
 
 async def test_each_attempt_is_a_consumer_span_linked_to_the_enqueue(
@@ -127,8 +96,13 @@ def test_without_the_api_nothing_is_imported_and_enqueue_spans_are_no_ops() -> N
         "assert not tracing.ENABLED\n"
         "with tracing.send_span('q', 1) as carrier:\n"
         "    assert carrier is None\n"
-        "with tracing.process_span('q', 't', 'JOB00000000001', 1, {'traceparent': 'x'}) as s:\n"
-        "    tracing.failed(s, 'boom')\n"
+        "span = tracing.start_attempt('q', 't', 'JOB00000000001', 1, {'traceparent': 'x'})\n"
+        "assert span is None\n"
+        "with tracing.current(span):\n"
+        "    tracing.failed(span, 'boom')\n"
+        "    tracing.fenced(span, 'JOB00000000001', 1, 'settle', '2')\n"
+        "    tracing.lease_lost(span, 'JOB00000000001', 1, '2', 'renew')\n"
+        "tracing.end(span)\n"
         "assert b'trace' not in codec.encode('t', {}, None, None)\n"
         "assert not [m for m in sys.modules if m.startswith('opentelemetry') and sys.modules[m]]\n"
     )
@@ -136,3 +110,52 @@ def test_without_the_api_nothing_is_imported_and_enqueue_spans_are_no_ops() -> N
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_spans_start_once_an_application_sets_a_provider_not_before() -> None:
+    script = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from emq_worker.jobs import tracing\n"
+        "assert tracing.ENABLED and not tracing.active()\n"
+        "assert tracing._by_getter() is tracing._by_global() is None\n"
+        "with tracing.send_span('q', 1) as carrier:\n"
+        "    assert carrier is None\n"
+        "assert tracing.start_attempt('q', 't', 'JOB00000000001', 1, None) is None\n"
+        "trace.set_tracer_provider(TracerProvider())\n"
+        "assert tracing.active()\n"
+        "with tracing.send_span('q', 1) as carrier:\n"
+        "    assert carrier is not None and carrier['traceparent'].startswith('00-')\n"
+        "span = tracing.start_attempt('q', 't', 'JOB00000000001', 1, carrier)\n"
+        "assert span is not None and span.is_recording()\n"
+        "with tracing.current(span):\n"
+        "    assert trace.get_current_span() is span\n"
+        "tracing.end(span)\n"
+        "assert not span.is_recording()\n"
+        "assert tracing._by_getter() is tracing._by_global() is not None  # (an API sans global)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_tracing_cost_bench_runs_every_mode_as_it_says(repo_root: Path) -> None:
+    """`python -m bench.tracing_cost` (figures in docs/explanation/performance.md), tiny: each
+    mode really is what its row says (no tracer called without a provider)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.tracing_cost", "--jobs", "200", "--repeat", "1"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| ")][2:]
+    assert [(row[0], row[1]) for row in rows] == [
+        ("| absent (no otel extra)", "no"),
+        ("| api, no SDK configured", "no"),
+        ("| SDK, sampled out (ALWAYS_OFF)", "yes"),
+        ("| SDK, recording (exporter drops)", "yes"),
+    ]

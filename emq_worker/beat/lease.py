@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -31,6 +32,10 @@ class Lease:
     settling: bool = False
     """The handler has returned and its outcome is being written; that write's own reply,
     not a concurrent renewal, decides what became of the job."""
+    span: Any = None
+    """The attempt's OpenTelemetry span (jobs/tracing.py) while tracing is on: the renewal sweep
+    and the settle batcher record a lost lease or a fenced write on it; the batcher ends it once
+    the outcome is written, the runner when the job is dropped."""
 
     @property
     def held(self) -> HeldLease:

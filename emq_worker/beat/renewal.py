@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from emq_worker.beat.lease import Lease
 from emq_worker.beat.state import WorkerState
+from emq_worker.jobs import tracing
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import LostLease
@@ -102,6 +103,9 @@ class RenewalSweep:
             current=item.current or "gone",
             fenced=stale,
         )
+        if stale:
+            tracing.fenced(lease.span, job.id, job.token, "renew", item.current)
+        tracing.lease_lost(lease.span, job.id, job.token, item.current, "renew")
         self._give_up(lease)
 
     def _self_fence(self) -> None:
@@ -117,6 +121,8 @@ class RenewalSweep:
                     token=lease.job.token,
                     unconfirmed_ms=self.settings.lease_ms,
                 )
+                job = lease.job
+                tracing.lease_lost(lease.span, job.id, job.token, "", "unconfirmed")
                 self._give_up(lease)
 
     def _give_up(self, lease: Lease) -> None:

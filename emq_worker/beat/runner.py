@@ -87,13 +87,16 @@ class JobRunner:
             # Retrying cannot help a job nobody can decode or run: dead-letter it at once.
             self.batcher.submit(lease, Failure(lease.held, 0, 0, str(exc)), "(unrunnable)")
             return
-        started = time.monotonic()
-        with tracing.process_span(
+        lease.span = call.ctx.span = span = tracing.start_attempt(
             job.queue, call.task.name, job.id, int(job.token), call.trace
-        ) as span:
-            outcome = await self._call(lease, call)
-            if isinstance(outcome, Failure):
-                tracing.failed(span, outcome.error)
+        )
+        started = time.monotonic()
+        try:
+            with tracing.current(span):
+                outcome = await self._call(lease, call)
+        except BaseException:
+            tracing.end(span)  # the worker is stopping: the lease is handed back
+            raise
         seconds = time.monotonic() - started
         if outcome is None or lease.lost:  # lost: even if the handler swallowed its cancellation
             self.log.info(
@@ -103,8 +106,11 @@ class JobRunner:
                 attempts=job.token,
                 reason="lease lost; its result is not written",
             )
+            tracing.end(span)
             return
-        self.batcher.submit(lease, outcome, call.task.name, seconds)
+        if isinstance(outcome, Failure):
+            tracing.failed(span, outcome.error)
+        self.batcher.submit(lease, outcome, call.task.name, seconds)  # it ends the span
 
     async def _still_held(self, lease: Lease) -> bool:
         """False when the lease, last confirmed over half a lease ago (the worker stalled since

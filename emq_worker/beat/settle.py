@@ -13,6 +13,7 @@ import anyio
 
 from emq_worker.beat.lease import Lease
 from emq_worker.beat.state import WorkerState
+from emq_worker.jobs import tracing
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import SettleResult, SettleStatus
@@ -68,10 +69,14 @@ class SettleBatcher:
                         group.start_soon(self._flush, self.queues[name], chunk)
 
     async def _flush(self, queue: Queue, handovers: list[Handover]) -> None:
-        results = await self._write(queue, handovers)
-        for handover, result in zip(handovers, results, strict=True):
-            self._record(handover, result)
-            self.book.discard(handover.lease)
+        try:
+            results = await self._write(queue, handovers)
+            for handover, result in zip(handovers, results, strict=True):
+                self._record(handover, result)
+                self.book.discard(handover.lease)
+        finally:
+            for handover in handovers:  # written, refused, or cut short by a forced stop
+                tracing.end(handover.lease.span)
 
     async def _write(
         self, queue: Queue, handovers: list[Handover]
@@ -122,9 +127,13 @@ class SettleBatcher:
             self.counters.fenced += 1
             self.counters.by_queue[(job.queue, "fenced")] += 1
             self.log.warning("write_fenced", stale_token=job.token, current=result.detail, **facts)
+            tracing.fenced(handover.lease.span, job.id, job.token, "settle", result.detail)
         else:
             self.log.warning(
                 "settle_refused", status=str(result.status), detail=result.detail, **facts
+            )
+            tracing.fenced(
+                handover.lease.span, job.id, job.token, "settle", result.detail, str(result.status)
             )
 
     def _count(self, handover: Handover, result: SettleResult, facts: dict[str, object]) -> None:

@@ -3,9 +3,12 @@ fenced writes it may make about itself (progress, job log lines)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
 from emq_worker.errors import ConfigError, FencedError
+from emq_worker.jobs import tracing
 from emq_worker.jobs.writes import LOG_KEEP, append_log, report_progress
 from emq_worker.protocol.names import JobId, Token
 from emq_worker.protocol.queue import Queue
@@ -16,7 +19,7 @@ class JobContext:
     """Read-only facts about the running job, a logger bound to them (made on first use, so a
     job that never logs pays nothing for it), and `progress` / `append_log`."""
 
-    __slots__ = ("_log", "_queue", "job_id", "nonce", "payload", "queue", "task", "token")
+    __slots__ = ("_log", "_queue", "job_id", "nonce", "payload", "queue", "span", "task", "token")
 
     def __init__(
         self,
@@ -37,6 +40,9 @@ class JobContext:
         """The raw payload as it is on the wire (for raw handlers; task handlers get kwargs)."""
         self.nonce = nonce
         """The claim's nonce: with the token, what proves this run still owns the job."""
+        self.span: Any = None
+        """The attempt's OpenTelemetry span while tracing is on (the `otel` extra and a tracer
+        provider), else None: current while the handler runs, unless the handler opens its own."""
         self._queue = writer
         self._log: structlog.typing.FilteringBoundLogger | None = None
 
@@ -65,6 +71,7 @@ class JobContext:
             await report_progress(self._writer(), self._held(), value)
         except FencedError as exc:
             self.log.warning("progress_fenced", status=exc.status, current=exc.detail)
+            tracing.fenced(self.span, self.job_id, self.token, "progress", exc.detail, exc.status)
             raise
 
     async def append_log(self, line: str, *, keep: int | None = None) -> int:
@@ -78,6 +85,7 @@ class JobContext:
             return await append_log(self._writer(), self._held(), line, keep or LOG_KEEP)
         except FencedError as exc:
             self.log.warning("job_log_fenced", status=exc.status, current=exc.detail)
+            tracing.fenced(self.span, self.job_id, self.token, "log", exc.detail, exc.status)
             raise
 
     def _writer(self) -> Queue:
