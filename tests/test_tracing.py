@@ -159,3 +159,29 @@ def test_the_tracing_cost_bench_runs_every_mode_as_it_says(repo_root: Path) -> N
         ("| SDK, sampled out (ALWAYS_OFF)", "yes"),
         ("| SDK, recording (exporter drops)", "yes"),
     ]
+
+
+async def test_a_parented_app_puts_each_attempt_in_the_enqueuers_trace(
+    spans: InMemorySpanExporter, client: Redis, redis_url: str, queue_name: str
+) -> None:
+    parented = App(trace_parented=True)
+    parented.task(max_attempts=2)(charge.fn)
+    await Producer(client).enqueue(queue_name, "charge", {"amount": -1})
+    (send,) = of(spans, queue_name, trace.SpanKind.PRODUCER)
+    sent = send.get_span_context()
+    assert sent is not None
+    async with running_worker(worker_settings(queue_name, redis_url), parented):
+
+        async def two_attempts() -> bool:
+            return len(of(spans, queue_name, trace.SpanKind.CONSUMER)) == 2
+
+        await eventually(two_attempts, what="two attempts traced")
+    attempts = of(spans, queue_name, trace.SpanKind.CONSUMER)
+    assert [(span.attributes or {})["emq.attempt"] for span in attempts] == [1, 2]
+    for span in attempts:
+        assert span.parent is not None
+        assert (span.parent.trace_id, span.parent.span_id) == (sent.trace_id, sent.span_id)
+        context = span.get_span_context()
+        assert context is not None
+        assert context.trace_id == sent.trace_id
+        assert span.links == ()

@@ -88,7 +88,12 @@ class JobRunner:
             self.batcher.submit(lease, Failure(lease.held, 0, 0, str(exc)), "(unrunnable)")
             return
         lease.span = call.ctx.span = span = tracing.start_attempt(
-            job.queue, call.task.name, job.id, int(job.token), call.trace
+            job.queue,
+            call.task.name,
+            job.id,
+            int(job.token),
+            call.trace,
+            parented=self.app.trace_parented,
         )
         started = time.monotonic()
         try:

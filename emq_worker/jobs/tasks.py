@@ -73,6 +73,10 @@ class App:
 
     tasks: dict[str, Task] = field(default_factory=dict)
     raw: dict[str, Task] = field(default_factory=dict)
+    trace_parented: bool = False
+    """With OpenTelemetry (the `otel` extra): each attempt's CONSUMER span is a child of the
+    span that enqueued the job (one trace per request, attempts included) rather than, by
+    default, the root of its own trace with a link to it."""
 
     # An async handler matches both overloads; the first (async) one is meant to win, which is
     # what mypy calls an unsafe overlap (the way typeshed types such pairs).
@@ -272,7 +276,7 @@ def with_raw_tasks(app: App, specs: Sequence[str], served: Sequence[str]) -> App
     that queue's raw handler, as `App.raw_handler` binds it: the handler reads `ctx.payload` as
     raw bytes (for jobs other EchoMQ clients enqueue). The app's own binding for a queue, or a
     queue the worker does not serve (`served`), is refused with a ConfigError naming it."""
-    bound = App(tasks=dict(app.tasks), raw=dict(app.raw))
+    bound = App(tasks=dict(app.tasks), raw=dict(app.raw), trace_parented=app.trace_parented)
     for spec in specs:
         queue, sep, path = spec.partition("=")
         if not sep or not queue or not path:

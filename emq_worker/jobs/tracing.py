@@ -136,10 +136,17 @@ def _sending(
 
 
 def start_attempt(
-    queue: str, task: str, job_id: str, attempt: int, carrier: Mapping[str, str] | None
+    queue: str,
+    task: str,
+    job_id: str,
+    attempt: int,
+    carrier: Mapping[str, str] | None,
+    *,
+    parented: bool = False,
 ) -> Any:
     """A started CONSUMER span for one attempt of a job, linked to the span that enqueued it
-    (when its envelope carries one), or None when tracing is off. It is not current yet
+    (when its envelope carries one), or a child of that span when `parented` (one trace from the
+    web request to every attempt), or None when tracing is off. It is not current yet
     (`current` makes it so while the handler runs) and stays open until the attempt's outcome
     is written or the job is dropped (`end`), so a fenced write or a lost lease lands on it."""
     tracer = _tracer()
@@ -147,9 +154,13 @@ def start_attempt(
         return None
     trace, propagate = _otel
     links = []
+    parent = None
     if carrier:
-        context = trace.get_current_span(propagate.extract(dict(carrier))).get_span_context()
-        if context.is_valid:
+        sent = propagate.extract(dict(carrier))
+        context = trace.get_current_span(sent).get_span_context()
+        if context.is_valid and parented:
+            parent = sent
+        elif context.is_valid:
             links.append(trace.Link(context))
     attributes = {
         "messaging.system": SYSTEM,
@@ -160,7 +171,11 @@ def start_attempt(
         "emq.attempt": attempt,
     }
     return tracer.start_span(
-        f"process {queue}", kind=trace.SpanKind.CONSUMER, attributes=attributes, links=links
+        f"process {queue}",
+        context=parent,
+        kind=trace.SpanKind.CONSUMER,
+        attributes=attributes,
+        links=links,
     )
 
 
