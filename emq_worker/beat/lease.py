@@ -31,6 +31,13 @@ class Lease:
     settling: bool = False
     """The handler has returned and its outcome is being written; that write's own reply,
     not a concurrent renewal, decides what became of the job."""
+    claimed_at: float = -1.0
+    """Monotonic time at which the claim that leased it was sent (its first `confirmed_at`):
+    the presence entry tells the dashboard how long ago that was."""
+
+    def __post_init__(self) -> None:
+        if self.claimed_at < 0:
+            self.claimed_at = self.confirmed_at
 
     @property
     def held(self) -> HeldLease:
