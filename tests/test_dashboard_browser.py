@@ -158,7 +158,7 @@ async def watch_leases(
     reaped = page.locator(f'tr.lease.ended[data-job="{crashed}"]')
     await expect(reaped).to_have_attribute("data-status", "reaped", timeout=SEEN_MS)
     again = page.locator(f'tr.lease:not(.ended)[data-job="{crashed}"]')
-    await expect(again.locator("td").nth(1)).to_have_text("2", timeout=SEEN_MS)
+    await expect(again.locator("td.attempts")).to_have_text("2", timeout=SEEN_MS)
     await expect(again.locator("rect.renewal").first).to_be_attached(timeout=SEEN_MS)
     shot = tmp_path / "dashboard.png"
     await page.screenshot(path=str(shot), full_page=True)

@@ -20,9 +20,9 @@ BATCH = 1000
 """Jobs per script call: a few ms of server time each."""
 SWEEP_BUDGET = 1_000_000
 """Keys the sweep's SCAN examines at most (the whole server's keyspace, not only the queue's)."""
-KEPT = ("worker:",)
-"""Key suffixes obliterate leaves: a live worker's presence (it expires, and is written again
-by the worker's next beat anyway)."""
+KEPT = ("worker:", "workers")
+"""Key suffixes obliterate leaves: a live worker's presence and its index (they expire, and are
+written again by the worker's next beat anyway)."""
 
 
 class NotPausedError(AdminError):
