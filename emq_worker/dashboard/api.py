@@ -27,7 +27,7 @@ async def history_json(request: Request) -> Response:
     client = dashboard(request).redis
     chosen = choice_param(request, "range", tuple(history.RANGES))
     only = optional_queue_param(request)
-    names = [only] if only else (await queues.known_queues(client)).queues[:HISTORY_QUEUES]
+    names = [only] if only else (await dashboard(request).queues.find()).queues[:HISTORY_QUEUES]
     found = await history.series(client, names, chosen)
     return JSONResponse({"queues": names, "range": chosen, **found.as_dict()})
 
@@ -35,7 +35,7 @@ async def history_json(request: Request) -> Response:
 async def sparks_json(request: Request) -> Response:
     """The last hour per minute of the overview's page of queues (?page=)."""
     client = dashboard(request).redis
-    found = await queues.known_queues(client)
+    found = await dashboard(request).queues.find()
     page = queues.Page(page_param(request), pages.QUEUES_PER_PAGE, len(found.queues))
     names = found.queues[page.start : page.stop + 1]
     return JSONResponse(await history.sparks(client, names))
@@ -44,7 +44,7 @@ async def sparks_json(request: Request) -> Response:
 async def workers_json(request: Request) -> Response:
     client = dashboard(request).redis
     only = optional_queue_param(request)
-    names = [only] if only else (await queues.known_queues(client)).queues
+    names = [only] if only else (await dashboard(request).queues.find()).queues
     return JSONResponse((await fleet.fleet(client, names)).as_dict())
 
 

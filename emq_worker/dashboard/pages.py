@@ -59,7 +59,7 @@ class Overview:
 
 async def overview(request: Request) -> Overview:
     client = dashboard(request).redis
-    found = await queues.known_queues(client)
+    found = await dashboard(request).queues.find()
     page = queues.Page(page_param(request), QUEUES_PER_PAGE, len(found.queues))
     names = found.queues[page.start : page.stop + 1]
     rows = await queues.queue_rows(client, names)
@@ -116,7 +116,7 @@ async def workers_fragment(request: Request) -> Response:
 async def _fleet(request: Request) -> fleet.Fleet:
     client = dashboard(request).redis
     only = optional_queue_param(request)
-    names = [only] if only else (await queues.known_queues(client)).queues
+    names = [only] if only else (await dashboard(request).queues.find()).queues
     return await fleet.fleet(client, names)
 
 
@@ -124,7 +124,7 @@ async def task_table(request: Request) -> tuple[list[history.TaskRow], str, str 
     client = dashboard(request).redis
     chosen = choice_param(request, "range", tuple(history.TASK_RANGES))
     only = optional_queue_param(request)
-    names = [only] if only else (await queues.known_queues(client)).queues[:QUEUES_PER_PAGE]
+    names = [only] if only else (await dashboard(request).queues.find()).queues[:QUEUES_PER_PAGE]
     rows = await history.task_rows(client, names, chosen)
     errors: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for name in {row.queue for row in rows}:
@@ -157,7 +157,7 @@ async def search(request: Request) -> Response:
         return render(request, "search.html", wanted="", found=[], searched=0)
     job_id = ids.job_id(raw)
     client = dashboard(request).redis
-    names = (await queues.known_queues(client)).queues
+    names = (await dashboard(request).queues.find(fresh=True)).queues
     async with client.pipeline(transaction=False) as pipe:
         for name in names:
             keys = QueueKeys.of(name)

@@ -8,6 +8,8 @@ reported for its queue alone.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ from emq_worker.protocol.replies import text
 from emq_worker.protocol.values import Counts
 
 QUEUES_READ = 1000
+SCAN_REUSE_S = 5.0
 """Members of `{emq}:queues` a page reads at most."""
 COUNT_COMMANDS = 7
 
@@ -32,12 +35,27 @@ class Found:
     """How many of them workers named in `{emq}:queues`."""
 
 
-async def known_queues(client: Redis) -> Found:
-    named = await client.zrange(QUEUES_KEY, 0, QUEUES_READ - 1)
-    names = {verbs.queue_of_key(f"emq:{{{text(n)}}}:") for n in named}
-    scanned = await verbs.discover_queues(client)
-    found = {n for n in names if n is not None} | set(scanned.queues)
-    return Found(sorted(found), scanned.complete, len(names - {None}))
+class QueueFinder:
+    """Finds the queues; the SCAN's result is reused for SCAN_REUSE_S, so pages refreshing
+    every second do not walk the keyspace every second (`{emq}:queues` is read every time)."""
+
+    def __init__(self, client: Redis, clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.clock = clock
+        self._scanned: tuple[float, verbs.Discovery] | None = None
+
+    async def find(self, *, fresh: bool = False) -> Found:
+        named = await self.client.zrange(QUEUES_KEY, 0, QUEUES_READ - 1)
+        names = {verbs.queue_of_key(f"emq:{{{text(n)}}}:") for n in named} - {None}
+        scanned = await self._scan(fresh)
+        found = {n for n in names if n is not None} | set(scanned.queues)
+        return Found(sorted(found), scanned.complete, len(names))
+
+    async def _scan(self, fresh: bool) -> verbs.Discovery:
+        now = self.clock()
+        if fresh or self._scanned is None or now - self._scanned[0] > SCAN_REUSE_S:
+            self._scanned = (now, await verbs.discover_queues(self.client))
+        return self._scanned[1]
 
 
 def _stats(name: str, replies: list[Any]) -> verbs.QueueStats:

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from emq_worker.admin import verbs
+from emq_worker.dashboard.queues import QueueFinder
 from emq_worker.dashboard.security import CSRF_FIELD, Guard, set_csrf_cookie
 from emq_worker.dashboard.settings import DashboardSettings
 from emq_worker.dashboard.timeline import LeaseTracker
@@ -30,16 +31,24 @@ class Dashboard:
     scripts: Scripts
     client: Redis | None = None
     tracker: LeaseTracker | None = None
+    finder: QueueFinder | None = None
 
     def attach(self, client: Redis) -> None:
         self.client = client
         self.tracker = LeaseTracker(client)
+        self.finder = QueueFinder(client)
 
     @property
     def redis(self) -> Redis:
         if self.client is None:
             raise RuntimeError("the dashboard has no Redis client yet (lifespan not started)")
         return self.client
+
+    @property
+    def queues(self) -> QueueFinder:
+        if self.finder is None:
+            raise RuntimeError("the dashboard has no queue finder yet (lifespan not started)")
+        return self.finder
 
     @property
     def leases(self) -> LeaseTracker:

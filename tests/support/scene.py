@@ -30,17 +30,24 @@ TASK_MIX = {"charge": (0.35, 0.04), "refund": (0.9, 0.12), "send_receipt": (0.02
 """task: (typical run time in seconds, failure rate)."""
 
 
-async def backfill(client: Redis, queue: str, minutes: int, rng: random.Random) -> None:
-    """`minutes` of plausible history before now, with a busy spell and an error burst."""
+async def backfill(
+    client: Redis, queue: str, minutes: int, rng: random.Random, tasks: tuple[str, ...]
+) -> None:
+    """`minutes` of plausible history of `tasks` before now, with a busy spell and an error
+    burst; the queue's completed and dead-lettered counters agree with it."""
     keys = QueueKeys.of(queue)
     now = await server_ms(client, keys.pending)
+    totals = {"completed": 0, "dead": 0}
     async with client.pipeline(transaction=False) as pipe:
         for n, start in enumerate(bucket_starts(now, MINUTE_MS, minutes + 1)[:-1]):
             wave = 1 + 0.6 * math.sin(n / 9) + (0.8 if 20 <= n <= 28 else 0)
-            for task, (typical, failing) in TASK_MIX.items():
+            for task in tasks:
+                typical, failing = TASK_MIX[task]
                 jobs = int(rng.uniform(20, 40) * wave * (3 if task == "send_receipt" else 1))
                 failure = failing * (5 if 40 <= n <= 43 else 1)
                 fields = _bucket(jobs, typical, failure, rng)
+                totals["completed"] += fields["completed"]
+                totals["dead"] += fields["dead"]
                 hour = keys.history_hour(start - start % HOUR_MS)
                 for name, value in fields.items():
                     pipe.hincrby(keys.history_minute(start), name, value)
@@ -48,6 +55,8 @@ async def backfill(client: Redis, queue: str, minutes: int, rng: random.Random) 
                     pipe.hincrby(hour, f"t:{task}:{name}", value)
                 pipe.pexpireat(keys.history_minute(start), start + MINUTE_MS + MINUTES_KEPT_MS)
                 pipe.pexpireat(hour, start - start % HOUR_MS + HOUR_MS + HOURS_KEPT_MS)
+        pipe.hincrby(keys.completed, "count", totals["completed"])
+        pipe.hincrby(keys.failed, "count", totals["dead"])
         pipe.zadd(QUEUES_KEY, {queue: now})
         await pipe.execute()
 

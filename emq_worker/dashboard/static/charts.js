@@ -8,7 +8,7 @@
 "use strict";
 (function () {
   const SVG = "http://www.w3.org/2000/svg";
-  const W = 640, H = 180, LEFT = 52, RIGHT = 12, TOP = 12, BOTTOM = 26;
+  const H = 180, LEFT = 52, RIGHT = 12, TOP = 12, BOTTOM = 26;
   const KINDS = {
     throughput: [
       { name: "completed", label: "completed", value: (p) => p.completed },
@@ -47,6 +47,7 @@
   }
 
   function draw(el, data) {
+    const W = Math.max(320, Math.round(el.clientWidth || 640));
     const series = KINDS[el.dataset.kind] || KINDS.throughput;
     const points = data.points || [];
     const values = series.map((s) => points.map((p) => s.value(p)));
@@ -66,13 +67,19 @@
       label(svg, LEFT, H - 8, clock(points[0].t, longRange), "start");
       label(svg, W - RIGHT, H - 8, clock(points[points.length - 1].t, longRange), "end");
     }
+    // The last point is the bucket still filling (it holds now): its segment is dashed.
+    const at = (i, v) => x(i).toFixed(1) + "," + y(v).toFixed(1);
     series.forEach((s, n) => {
+      const vs = values[n], last = vs.length - 1;
       let path = "";
-      values[n].forEach((v, i) => {
-        if (v === null || v === undefined) return;
-        path += (path && values[n][i - 1] !== null ? "L" : "M") + x(i).toFixed(1) + "," + y(v).toFixed(1);
+      vs.forEach((v, i) => {
+        if (i === last || v === null || v === undefined) return;
+        path += (path && vs[i - 1] !== null ? "L" : "M") + at(i, v);
       });
       if (path) node("path", { d: path, class: "line " + s.name }, svg);
+      if (last > 0 && vs[last] !== null && vs[last - 1] !== null) {
+        node("path", { d: "M" + at(last - 1, vs[last - 1]) + "L" + at(last, vs[last]), class: "line partial " + s.name }, svg);
+      }
     });
     points.forEach((p, i) => {
       const hit = node("rect", { x: x(i) - plotW / points.length / 2, y: TOP, width: plotW / points.length, height: plotH, class: "hit" }, svg);
