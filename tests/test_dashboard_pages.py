@@ -299,6 +299,32 @@ async def test_the_lease_bar_starts_at_the_claim_and_ticks_never_hide_the_now_li
     assert float(bar[1]) < float(rects[-1][1]) - 10  # the bar starts well before now
 
 
+async def test_a_lease_no_worker_lists_is_dated_its_deadline_minus_the_lease_never_later(
+    client: Redis, redis_url: str, queue: Queue
+) -> None:
+    lapsed = await claim_one(queue)  # claimed by no worker of ours (as EchoMQ's would be)
+    await queue.client.zadd(queue.keys.active, {lapsed.id: 1})  # its deadline long past
+    async with browsing(client, redis_url) as http:
+        first = (await http.get(f"/api/queues/{queue.name}/leases")).json()
+        unlisted = await claim_one(queue)
+        deadline = int(await client.zscore(queue.keys.active, unlisted.id) or 0)
+        other = await claim_one(queue)
+        await announce(client, queue.name, [(other, 1.0)])  # a worker with 30 s leases
+        second = (await http.get(f"/api/queues/{queue.name}/leases")).json()
+        page = await http.get(f"/fragments/queues/{queue.name}")
+    [seen_lapsed] = first["leases"]
+    assert seen_lapsed["claim_estimated"] is True
+    assert seen_lapsed["claimed_ms"] <= 1  # first seen past its deadline: not dated after it
+    leases = {lease["job_id"]: lease for lease in second["leases"]}
+    assert leases[unlisted.id]["claim_estimated"] is True
+    assert leases[unlisted.id]["claimed_ms"] == deadline - 30_000  # its claim, exactly
+    assert leases[other.id]["claim_estimated"] is False
+    row = re.search(rf'data-job="{unlisted.id}".*?</tr>', page.text, re.S)
+    assert row
+    assert '<td class="holder">?</td>' in row.group(0)
+    assert re.search(r'<td class="running" [^>]*>~', row.group(0))
+
+
 # --- read-only ----------------------------------------------------------------------------
 
 

@@ -65,7 +65,10 @@ class _Scale:
         return round(min(max((ms - self.start_ms) * 100 / self.span, 0.0), 100.0), 2)
 
 
-def _lane(lease: Lease, status: str, now_ms: int, scale: _Scale, *, ended: bool) -> Lane:
+def _lane(
+    lease: Lease, status: str, now_ms: int, scale: _Scale, *, ended: int | None = None
+) -> Lane:
+    """`ended`: when an ended lease was seen to end (its run is measured up to then)."""
     start = scale.x(lease.start_ms)
     stop = scale.x(lease.deadline_ms)
     return Lane(
@@ -79,18 +82,18 @@ def _lane(lease: Lease, status: str, now_ms: int, scale: _Scale, *, ended: bool)
         bar_width=round(max(stop - start, 0.3), 2),
         deadline_x=stop,
         ticks=[scale.x(ms) for ms in lease.renewals],
-        ended=ended,
+        ended=ended is not None,
         holder=lease.holder,
         task=lease.task,
         claimed_ms=lease.start_ms,
-        running_ms=now_ms - lease.start_ms,
+        running_ms=(now_ms if ended is None else ended) - lease.start_ms,
         estimated=lease.claim_estimated,
         clipped=lease.start_ms < scale.start_ms,
     )
 
 
 def _ended_lane(end: EndedLease, now_ms: int, scale: _Scale) -> Lane:
-    return _lane(end.lease, end.ended, now_ms, scale, ended=True)
+    return _lane(end.lease, end.ended, now_ms, scale, ended=end.noticed_ms)
 
 
 def lanes(timeline: Timeline) -> Lanes:
@@ -105,9 +108,7 @@ def lanes(timeline: Timeline) -> Lanes:
         held=timeline.held,
         start_ms=now - past,
         end_ms=now + future,
-        live=[
-            _lane(lease, lease.status(now), now, scale, ended=False) for lease in timeline.leases
-        ],
+        live=[_lane(lease, lease.status(now), now, scale) for lease in timeline.leases],
         ended=[_ended_lane(end, now, scale) for end in timeline.ended[:ENDED_SHOWN]],
         now_x=scale.x(now),
     )

@@ -62,8 +62,9 @@ class Lease:
     holder: str = ""
     task: str = ""
 
-    def date(self, holder: Holder | None) -> None:
-        """Learn the claim's time (and holder) from an entry, or estimate it."""
+    def date(self, holder: Holder | None, lease_ms: int = 0) -> None:
+        """Learn the claim's time (and holder) from an entry, or estimate it: the deadline minus
+        the longer of the most time left ever seen and `lease_ms` (the queue's workers' lease)."""
         if holder is not None:
             self.holder, self.claimed_ms, self.claim_estimated = (
                 holder.worker,
@@ -71,7 +72,8 @@ class Lease:
                 False,
             )
         elif self.claim_estimated:
-            estimate = self.deadline_ms - self.longest_ms
+            # Never later than first seen (a lease first seen past its deadline shows no length).
+            estimate = min(self.deadline_ms - max(self.longest_ms, lease_ms), self.first_seen_ms)
             self.claimed_ms = (
                 estimate if self.claimed_ms is None else min(self.claimed_ms, estimate)
             )
@@ -223,8 +225,9 @@ class LeaseTracker:
         """Each lease's holder and claim time; the task of the leases seen for the first time."""
         entries = await presence_entries(self.client, [keys.queue]) if track.leases else []
         held = holders(entries, now_ms)
+        lease_ms = max((int(e.fields.get("lease_ms") or 0) for e in entries), default=0)
         for lease in track.leases.values():
-            lease.date(held.get((lease.job_id, lease.attempts)))
+            lease.date(held.get((lease.job_id, lease.attempts)), lease_ms)
         new = [(lease.job_id, 0) for lease in track.leases.values() if not lease.task]
         for row in await peek(self.client, keys, "active", new) if new else []:
             track.leases[row.id].task = row.task or "?"
