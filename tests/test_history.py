@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from emq_worker import App, JobContext, Producer
+from emq_worker.admin.queue_ops import obliterate_queue
 from emq_worker.beat.history import HistoryRecorder
 from emq_worker.observe.history import (
     HOUR_MS,
@@ -205,3 +206,16 @@ def test_a_bucket_parses_queue_and_task_fields_and_ignores_strangers() -> None:
     assert set(tasks) == {"a:b", "x"}
     assert tasks["a:b"].counts["completed"] == 4
     assert tasks["a:b"].histogram == {-2: 1}
+
+
+async def test_obliterate_forgets_the_queue_and_its_history(client: Redis, queue_name: str) -> None:
+    queue = Queue(client, Scripts(), queue_name)
+    recorder = HistoryRecorder(counters_with(queue_name, 2, 0.01), "w1", 1000)
+    await recorder.flush([queue], 0.0)
+    await recorder.name_queues([queue])
+    assert await client.zscore(QUEUES_KEY, queue_name) is not None
+    await queue.pause()
+    await obliterate_queue(queue)
+    assert await client.zscore(QUEUES_KEY, queue_name) is None
+    assert await client.exists(queue.keys.settled_log) == 0
+    assert (await recent_buckets(client, queue_name, MINUTE_MS)).settled == 0

@@ -8,10 +8,14 @@ call holds the server for long however big the queue.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+
+from redis.exceptions import NoPermissionError
 
 from emq_worker.admin.verbs import AdminError
 from emq_worker.errors import StateError
+from emq_worker.protocol.keys import QUEUES_KEY
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
 from emq_worker.server.scan import BoundedScan
@@ -71,6 +75,9 @@ async def obliterate_queue(queue: Queue, *, force: bool = False, batch: int = BA
             raise ActiveJobsError(queue.name, exc.detail.rsplit(" ", 1)[-1] + " active") from exc
         jobs += deleted
     keys, complete = await sweep(queue)
+    # A worker still serving it names it again; an ACL without {emq}:queues: it ages out.
+    with contextlib.suppress(NoPermissionError):
+        await queue.client.zrem(QUEUES_KEY, queue.name)
     return Obliterated(jobs, keys, complete)
 
 

@@ -22,6 +22,9 @@ from emq_worker.protocol.values import Counts
 
 QUEUES_READ = 1000
 SCAN_REUSE_S = 5.0
+NAMED_WITHIN_MS = 24 * 3600 * 1000
+"""A queue some worker named in `{emq}:queues` within the last day is listed (the key keeps
+names 14 days; a queue nobody served for a day is listed only if the SCAN finds it)."""
 """Members of `{emq}:queues` a page reads at most."""
 COUNT_COMMANDS = 7
 
@@ -45,7 +48,8 @@ class QueueFinder:
         self._scanned: tuple[float, verbs.Discovery] | None = None
 
     async def find(self, *, fresh: bool = False) -> Found:
-        named = await self.client.zrange(QUEUES_KEY, 0, QUEUES_READ - 1)
+        since = int(time.time() * 1000) - NAMED_WITHIN_MS
+        named = await self.client.zrangebyscore(QUEUES_KEY, since, "+inf", 0, QUEUES_READ)
         names = {verbs.queue_of_key(f"emq:{{{text(n)}}}:") for n in named} - {None}
         scanned = await self._scan(fresh)
         found = {n for n in names if n is not None} | set(scanned.queues)
