@@ -23,6 +23,7 @@ from emq_worker.observe.history import (
     DURATION_COUNT,
     DURATION_SUM,
     HOURS_KEPT_MS,
+    MIN_BUCKET,
     MINUTES_KEPT_MS,
     SETTLED_KEEP_MS,
     SETTLED_KEPT,
@@ -37,6 +38,8 @@ OUTCOMES = {"completed": "completed", "retried": "retried", "dead_lettered": "de
 EVENTS = {"claimed": "claims", "reaped": "reaped"}
 """Counters.by_queue events, and the history field each is counted in."""
 QUEUES_KEPT_MS = HOURS_KEPT_MS
+ERROR_KEPT = 300
+"""Characters of a failure's error the settled log keeps."""
 """A queue no worker has named for this long leaves `{emq}:queues`."""
 
 
@@ -56,7 +59,7 @@ def cumulative(counters: Counters, queue: str) -> tuple[Counter[str], Counter[st
         if name != queue:
             continue
         sum_us = round(durations.sum * 1_000_000)
-        runs = {f"{DURATION_BUCKET}{i}": n for i, n in durations.fine.items()}
+        runs = {f"{DURATION_BUCKET}{MIN_BUCKET + at}": n for at, n in durations.fine.items()}
         for target, prefix in ((fields, ""), (tasks, f"{TASK_PREFIX}{task}:")):
             target[prefix + DURATION_SUM] += sum_us
             target[prefix + DURATION_COUNT] += durations.count
@@ -73,16 +76,17 @@ def _pairs(delta: Iterable[tuple[str, int]]) -> list[str | int]:
 
 
 def settled_entry(settled: Settled, worker: str) -> str:
+    (job_id, attempt), task, outcome, seconds, _, error = settled
     entry: dict[str, object] = {
-        "id": settled.job_id,
-        "attempt": settled.attempt,
-        "task": settled.task,
-        "outcome": "dead" if settled.outcome == "dead_lettered" else settled.outcome,
-        "ms": None if settled.seconds is None else round(settled.seconds * 1000, 3),
+        "id": job_id,
+        "attempt": attempt,
+        "task": task,
+        "outcome": "dead" if outcome == "dead_lettered" else outcome,
+        "ms": None if seconds is None else round(seconds * 1000, 3),
         "worker": worker,
     }
-    if settled.error:
-        entry["error"] = settled.error
+    if error:
+        entry["error"] = error[:ERROR_KEPT]
     return json.dumps(entry, separators=(",", ":"))
 
 
@@ -133,7 +137,7 @@ class HistoryRecorder:
         entries: list[str | int] = []
         for settled in recent:  # LPUSHed oldest first: the newest ends at the head
             entries += [
-                max(0, int((now - settled.at) * 1000)),
+                max(0, int((now - settled[4]) * 1000)),
                 settled_entry(settled, self.worker_id),
             ]
         args: list[str | int] = [

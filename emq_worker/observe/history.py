@@ -40,7 +40,10 @@ DURATION_BUCKET = "dur:"
 TASK_PREFIX = "t:"
 MIN_BUCKET = -30
 MAX_BUCKET = 80
-_UPPER_S = tuple(10 ** (i / 10) / 1000 for i in range(MIN_BUCKET, MAX_BUCKET + 1))
+FINE_UPPER_S = (*(10 ** (i / 10) / 1000 for i in range(MIN_BUCKET, MAX_BUCKET)), math.inf)
+"""The upper bound (seconds) of each bucket from MIN_BUCKET on; the last takes any longer run.
+`bisect_left(FINE_UPPER_S, s)` is the bucket's position: its index minus MIN_BUCKET (the job
+path keeps positions, one bisect and no call; the flush names the buckets)."""
 _TASK_FIELD = re.compile(
     r"t:(?P<task>.+):(?P<field>completed|retried|dead|reaped|claims|dur_sum_us|dur_count|dur:-?\d+)"
 )
@@ -48,7 +51,7 @@ _TASK_FIELD = re.compile(
 
 def duration_bucket(seconds: float) -> int:
     """The histogram bucket of a run of `seconds` (see the module docstring)."""
-    return MIN_BUCKET + min(bisect_left(_UPPER_S, seconds), len(_UPPER_S) - 1)
+    return MIN_BUCKET + bisect_left(FINE_UPPER_S, seconds)
 
 
 def bucket_upper_ms(index: int) -> float:

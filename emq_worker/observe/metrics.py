@@ -10,9 +10,8 @@ import time
 from bisect import bisect_left
 from collections import Counter, deque
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple
 
-from emq_worker.observe.history import duration_bucket
+from emq_worker.observe.history import FINE_UPPER_S
 
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 """Upper bounds (seconds, inclusive) of the job duration histogram; a last bucket is +Inf."""
@@ -28,12 +27,13 @@ class Durations:
         """Per bucket, not cumulative; the last one is +Inf."""
         self.sum = 0.0
         self.fine: dict[int, int] = {}
-        """The history's finer histogram (ten buckets per decade, observe/history.py)."""
+        """The history's finer histogram (ten buckets per decade), by position in
+        observe.history.FINE_UPPER_S."""
 
     def observe(self, seconds: float) -> None:
         self.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1
         self.sum += seconds
-        fine = duration_bucket(seconds)
+        fine = bisect_left(FINE_UPPER_S, seconds)
         self.fine[fine] = self.fine.get(fine, 0) + 1
 
     @property
@@ -53,17 +53,10 @@ RECENT_KEPT = 100
 """Settled jobs remembered per queue until the history flush sends them (the newest)."""
 
 
-class Settled(NamedTuple):
-    """One settled job, as the settled log shows it."""
-
-    job_id: str
-    attempt: int
-    task: str
-    outcome: str
-    seconds: float | None
-    at: float
-    """time.monotonic() when its outcome was written."""
-    error: str
+Settled = tuple[tuple[str, int], str, str, float | None, float, str]
+"""One settled job, as the settled log shows it: ((job id, attempt), task, outcome, run time in
+seconds, time.monotonic() when its outcome was written, error). A plain tuple: it is built once
+per job."""
 
 
 @dataclass(slots=True)
@@ -114,12 +107,12 @@ class Counters:
                 durations = self.durations[(queue, task)] = Durations()
             durations.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1  # observe(), inlined
             durations.sum += seconds
-            fine = duration_bucket(seconds)
+            fine = bisect_left(FINE_UPPER_S, seconds)
             durations.fine[fine] = durations.fine.get(fine, 0) + 1
         recent = self.recent.get(queue)
         if recent is None:
             recent = self.recent[queue] = deque(maxlen=RECENT_KEPT)
-        recent.append(Settled(*job, task, outcome, seconds, time.monotonic(), error[:300]))
+        recent.append((job, task, outcome, seconds, time.monotonic(), error))
 
     def snapshot(self) -> dict[str, int]:
         """The worker-wide counts (the per-task breakdown is left to /metrics)."""
