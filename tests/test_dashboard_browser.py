@@ -4,7 +4,8 @@ Each test serves the app with uvicorn in-process on a free port, runs a worker i
 watches the pages change as jobs move: leases held and renewed, a crashed holder's lease reaped
 (the seed's timeline: no renewal lapses, renewal holds to the end), a dead job retried by a click.
 The timeline test keeps a screenshot in its tmp dir (a test artifact); with EMQ_UPDATE_SCREENSHOT=1
-it also refreshes docs/dashboard.png, the README's, so a plain test run leaves the tree clean.
+it also refreshes docs/images/dashboard-leases.png (docs/how-to/dashboard.md), so a plain test run
+leaves the tree clean.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ async def test_the_timeline_shows_renewed_leases_and_a_crashed_holders_lease_rea
             try:
                 healthy, shot = await watch_leases(page, producer, queue_name, crashed, tmp_path)
                 if os.environ.get("EMQ_UPDATE_SCREENSHOT"):
-                    shutil.copyfile(shot, repo_root / "docs" / "dashboard.png")
+                    shutil.copyfile(shot, repo_root / "docs" / "images" / "dashboard-leases.png")
             finally:
                 release.set()
             for job_id in [crashed, *healthy]:
@@ -158,7 +159,7 @@ async def watch_leases(
     reaped = page.locator(f'tr.lease.ended[data-job="{crashed}"]')
     await expect(reaped).to_have_attribute("data-status", "reaped", timeout=SEEN_MS)
     again = page.locator(f'tr.lease:not(.ended)[data-job="{crashed}"]')
-    await expect(again.locator("td").nth(1)).to_have_text("2", timeout=SEEN_MS)
+    await expect(again.locator("td.attempts")).to_have_text("2", timeout=SEEN_MS)
     await expect(again.locator("rect.renewal").first).to_be_attached(timeout=SEEN_MS)
     shot = tmp_path / "dashboard.png"
     await page.screenshot(path=str(shot), full_page=True)

@@ -144,6 +144,27 @@ async def test_a_missing_permission_stops_the_worker_at_start_with_exit_4(
     assert PASSWORD not in said
 
 
+async def test_an_acl_without_the_queue_registry_still_runs_the_worker(
+    acl_server: RedisServer, tmp_path: Path
+) -> None:
+    """The ACL line of an earlier release (no `~{emq}:queues`): the worker cannot name its queue
+    for the dashboard, says so, and runs every job anyway."""
+    admin = acl_server.client()
+    admin_command(admin, "ACL", "SETUSER", USER, "resetkeys", "~emq:{orders}:*", "~{emq}:version")
+    admin.close()
+    url = f"redis://{USER}:{PASSWORD}@127.0.0.1:{acl_server.port}/0"
+    as_user = connect(url, WIRE)
+    try:
+        await Producer(as_user).enqueue_many(QUEUE, [JobSpec("work", {})] * 20)
+        done = await run_cli([*_worker(url, tmp_path), "--burst"], _env(tmp_path, None))
+        said = done.stderr.decode()
+        assert done.returncode == 0, said[-3000:]
+        assert '"queues_not_named"' in said
+        assert int(await as_user.hget(QueueKeys.of(QUEUE).completed, "count") or 0) == 20
+    finally:
+        await as_user.aclose()
+
+
 def _auth_failures(server: RedisServer) -> int:
     client = redis.Redis(port=server.port)
     try:

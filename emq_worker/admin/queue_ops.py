@@ -8,10 +8,14 @@ call holds the server for long however big the queue.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+
+from redis.exceptions import NoPermissionError
 
 from emq_worker.admin.verbs import AdminError
 from emq_worker.errors import StateError
+from emq_worker.protocol.keys import QUEUES_KEY
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
 from emq_worker.server.scan import BoundedScan
@@ -20,9 +24,9 @@ BATCH = 1000
 """Jobs per script call: a few ms of server time each."""
 SWEEP_BUDGET = 1_000_000
 """Keys the sweep's SCAN examines at most (the whole server's keyspace, not only the queue's)."""
-KEPT = ("worker:",)
-"""Key suffixes obliterate leaves: a live worker's presence (it expires, and is written again
-by the worker's next beat anyway)."""
+KEPT = ("worker:", "workers")
+"""Key suffixes obliterate leaves: a live worker's presence and its index (they expire, and are
+written again by the worker's next beat anyway)."""
 
 
 class NotPausedError(AdminError):
@@ -71,6 +75,9 @@ async def obliterate_queue(queue: Queue, *, force: bool = False, batch: int = BA
             raise ActiveJobsError(queue.name, exc.detail.rsplit(" ", 1)[-1] + " active") from exc
         jobs += deleted
     keys, complete = await sweep(queue)
+    # A worker still serving it names it again; an ACL without {emq}:queues: it ages out.
+    with contextlib.suppress(NoPermissionError):
+        await queue.client.zrem(QUEUES_KEY, queue.name)
     return Obliterated(jobs, keys, complete)
 
 

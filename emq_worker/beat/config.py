@@ -45,6 +45,9 @@ class WorkerSettings:
     node_id: int = DEFAULT_NODE_ID
     http: str | None = None
     """HOST:PORT for /metrics, /healthz and /readyz; None serves nothing."""
+    history_every_ms: int = 10_000
+    """How often the beat adds this worker's counts to the queues' history on the server
+    (observe/history.py; 0: never). Library-only: the dashboard reads it."""
     connect_wait_ms: int = 30_000
     """At start, how long a dropped, refused or timed-out first connection is retried (with
     capped, jittered backoff) before the worker exits 1 (0: one attempt)."""
@@ -74,6 +77,7 @@ class WorkerSettings:
         _at_least("promote_batch", self.promote_batch, 1)
         _at_least("settle_timeout_ms", self.settle_timeout_ms, 100)
         _at_least("completed_ttl_ms", self.completed_ttl_ms, 0)
+        _at_least("history_every_ms", self.history_every_ms, 0)
         if not 0 <= self.node_id <= MAX_NODE_ID:
             raise ConfigError(f"node_id must be in [0, {MAX_NODE_ID}]; got {self.node_id}")
         if self.renew_every_ms and self.lease_ms < 3 * self.renew_every_ms:

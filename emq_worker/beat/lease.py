@@ -36,6 +36,13 @@ class Lease:
     """The attempt's OpenTelemetry span (jobs/tracing.py) while tracing is on: the renewal sweep
     and the settle batcher record a lost lease or a fenced write on it; the batcher ends it once
     the outcome is written, the runner when the job is dropped."""
+    claimed_at: float = -1.0
+    """Monotonic time at which the claim that leased it was sent (its first `confirmed_at`):
+    the presence entry tells the dashboard how long ago that was."""
+
+    def __post_init__(self) -> None:
+        if self.claimed_at < 0:
+            self.claimed_at = self.confirmed_at
 
     @property
     def held(self) -> HeldLease:

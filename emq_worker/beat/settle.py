@@ -109,7 +109,10 @@ class SettleBatcher:
         ):
             counters = self.counters  # the hot path: nothing to log above info
             counters.completed += 1
-            counters.settled(handover.lease.job.queue, handover.task, "completed", handover.seconds)
+            job = handover.lease.job
+            counters.settled(
+                job.queue, handover.task, "completed", handover.seconds, (job.id, job.token)
+            )
             return
         job = handover.lease.job
         facts = {"queue": job.queue, "job_id": job.id, "attempts": job.token, "task": handover.task}
@@ -168,4 +171,7 @@ class SettleBatcher:
             )
 
     def _settled(self, handover: Handover, outcome: str) -> None:
-        self.counters.settled(handover.lease.job.queue, handover.task, outcome, handover.seconds)
+        job, error = handover.lease.job, getattr(handover.outcome, "error", "")
+        self.counters.settled(
+            job.queue, handover.task, outcome, handover.seconds, (job.id, job.token), error
+        )

@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from emq_worker.beat.drain import Drainer
+from emq_worker.beat.history import HistoryRecorder
 from emq_worker.beat.isolation import QueueIsolation
 from emq_worker.beat.jobgroup import JobGroup
 from emq_worker.beat.offers import Offers, offer_ms
@@ -77,6 +78,10 @@ class Supervisor:
         spans_slots = self._wakes.spans_slots([queue.keys.wake for queue in queues])
         self.offers = Offers(queues, offer_ms(settings, spans_slots))
         self.drainer = Drainer(state, runner, self.isolation, self.status, self.offers)
+        self.history = HistoryRecorder(
+            state.counters, registry.id if registry else "", settings.history_every_ms
+        )
+        self._name_queues = True
         self.stop.on_request(self._end_park)
 
     def _end_park(self) -> None:
@@ -133,6 +138,8 @@ class Supervisor:
             await self.promote()
             await self.fire_repeats()
             await self.announce()
+            if self.history.due(now):
+                await self.record_history(now)
             self.status.report(now, len(self.book), self.counters.completed)
         elif self._next_due is not None and now >= self._next_due:
             await self.promote()  # a scheduled job fell due between beats
@@ -172,12 +179,38 @@ class Supervisor:
         if self.registry is None:
             return
         serving = {queue.name for queue in self.isolation.ready()}
+        book = self.book
+        presence = Presence(
+            len(book),
+            self.counters.completed,
+            book.running,
+            dict(book.queues()),
+            self.clock.monotonic(),
+        )
         try:
-            await self.registry.beat(Presence(len(self.book), self.counters.completed), serving)
+            await self.registry.beat(presence, serving)
         except RedisError as exc:
             if fatal(exc) or not queue_scoped(exc):
                 raise
             self.log.warning("presence_failed", error=describe(exc))
+
+    async def record_history(self, now: float) -> None:
+        """Flush the history (beat/history.py). It only informs operators: a failure is
+        logged and the beat goes on (the next flush sends the difference)."""
+        ready = self.isolation.ready()
+        try:
+            await self.history.flush(ready, now)
+        except RedisError as exc:
+            self.log.warning("history_failed", error=describe(exc))
+            return
+        if not self._name_queues:
+            return
+        try:
+            await self.history.name_queues(ready)
+        except RedisError as exc:
+            if fatal(exc):  # an ACL without {emq}:queues: the dashboard SCANs for this queue
+                self._name_queues = False
+            self.log.warning("queues_not_named", error=describe(exc), retry=self._name_queues)
 
     async def promote(self) -> None:
         soonest: int | None = None

@@ -136,7 +136,7 @@ class Worker:
     def _assemble(self, client: Redis, scripts: Scripts) -> Parts:
         settings = self.settings
         self.presence = WorkerRegistry(
-            client, settings.queues, settings.concurrency, settings.beat_ms
+            client, settings.queues, settings.concurrency, settings.beat_ms, settings.lease_ms
         )
         queues = {name: Queue(client, scripts, name) for name in settings.queues}
         state = WorkerState(settings, queues, self.counters, self._clock, self._rng, self.stop)
@@ -191,8 +191,16 @@ class Worker:
             with anyio.move_on_after(settings.settle_timeout_ms / 1000):
                 await book.wait_settled()
             await self._release(parts.queues, book)
+            await self._last_history(parts.supervisor)
             await self._leave()
             background.cancel_scope.cancel()
+
+    async def _last_history(self, supervisor: Supervisor) -> None:
+        """Flush what happened since the last history flush (a short run leaves its trace)."""
+        if supervisor.history.every_s <= 0:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S):
+            await supervisor.record_history(self._clock.monotonic())
 
     async def _leave(self) -> None:
         """Take this worker off the `workers` list at once (else its entries expire)."""

@@ -12,9 +12,9 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from emq_worker.admin import dead, verbs
 from emq_worker.dashboard.forms import read_form
+from emq_worker.dashboard.params import job_param, open_queue
 from emq_worker.dashboard.runtime import dashboard, flash, render
 from emq_worker.dashboard.security import CSRF_FIELD, cross_origin
-from emq_worker.dashboard.views import job_param, open_queue
 from emq_worker.errors import ConfigError
 from emq_worker.protocol import ids
 from emq_worker.protocol.names import JobId
@@ -80,8 +80,12 @@ async def _resume(request: Request, form: FormData) -> Response:
 
 async def _retry(request: Request, form: FormData) -> Response:
     queue = await open_queue(request)
-    result = await dead.retry_dead(queue, chosen_ids(form))
-    return back(f"/queues/{queue.name}/dead", summary("retried", queue.name, result))
+    chosen = chosen_ids(form)
+    result = await dead.retry_dead(queue, chosen)
+    to = f"/queues/{queue.name}/dead"
+    if form.get("back") == "job" and chosen is not None and len(chosen) == 1:
+        to = f"/queues/{queue.name}/jobs/{chosen[0]}"  # from the job's own page (never a URL)
+    return back(to, summary("retried", queue.name, result))
 
 
 async def _purge(request: Request, form: FormData) -> Response:

@@ -17,7 +17,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ExceptionHandler
 
 from emq_worker.admin import verbs
-from emq_worker.dashboard import actions, views
+from emq_worker.dashboard import actions, api, pages, views
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.runtime import Dashboard, dashboard, render, templates
 from emq_worker.dashboard.security import (
@@ -33,6 +33,8 @@ from emq_worker.protocol.scripts import Scripts
 from emq_worker.server.connection import connect, redacted
 
 STATIC = Path(__file__).parent / "static"
+LISTED = ("pending", "scheduled", "active", "completed")
+"""The states with a page of their own under /queues/<q>/ (dead has its page, with actions)."""
 
 
 async def login_page(request: Request) -> Response:
@@ -95,19 +97,29 @@ ERRORS: dict[type[Exception], int] = {
 }
 
 ROUTES = [
-    Route("/", views.index),
+    Route("/", pages.index),
     Route("/healthz", healthz),
     Route("/favicon.ico", favicon),
     Route("/login", login_page, methods=["GET"]),
     Route("/login", login, methods=["POST"]),
-    Route("/fragments/queues", views.queues_fragment),
+    Route("/workers", pages.workers_page),
+    Route("/tasks", pages.tasks_page),
+    Route("/search", pages.search),
+    Route("/fragments/queues", pages.queues_fragment),
+    Route("/fragments/workers", pages.workers_fragment),
     Route("/fragments/queues/{queue}", views.queue_fragment),
     Route("/fragments/queues/{queue}/jobs/{job_id}", views.job_fragment),
-    Route("/api/queues", views.queues_json),
+    Route("/api/queues", api.queues_json),
+    Route("/api/history", api.history_json),
+    Route("/api/sparks", api.sparks_json),
+    Route("/api/workers", api.workers_json),
+    Route("/api/tasks", api.tasks_json),
+    Route("/api/queues/{queue}/jobs", api.jobs_json),
     Route("/api/queues/{queue}/leases", views.leases_json),
     Route("/api/queues/{queue}/dead", views.dead_json),
     Route("/api/queues/{queue}/jobs/{job_id}", views.job_json),
     Route("/queues/{queue}", views.queue_page),
+    *(Route(f"/queues/{{queue}}/{state}", pages.state_page, name=state) for state in LISTED),
     Route("/queues/{queue}/dead", views.dead_page),
     Route("/queues/{queue}/jobs/{job_id}", views.job_page),
     Route("/queues/{queue}/pause", actions.pause, methods=["POST"]),

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
 from emq_worker.admin import dead, render, verbs
+from emq_worker.dashboard.attempts import holder_of
+from emq_worker.dashboard.fleet import Holder
+from emq_worker.dashboard.listing import preview
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
-from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import Counts
 
 LOG_LINES_SHOWN = 200
@@ -20,24 +20,22 @@ ROW_FIELDS_APART = ("progress", "last_error", "last_traceback", "error_history")
 """Row fields a job page shows on their own, not in the table of fields."""
 
 
-@dataclass(frozen=True, slots=True)
-class Overview:
-    queues: list[verbs.QueueStats]
-    complete: bool
-    """False when discovery stopped at its SCAN budget: there may be more queues."""
+class GoneJobError(verbs.UnknownJobError):
+    """The job's row is gone, but the settled log remembers how it ended."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"queues": [q.as_dict() for q in self.queues], "complete": self.complete}
-
-
-async def overview(client: Redis, scripts: Scripts) -> Overview:
-    rows, found = await verbs.stats(client, scripts, ())
-    return Overview(rows, found is None or found.complete)
+    def __init__(self, cause: verbs.UnknownJobError, settled: list[dict[str, Any]]) -> None:
+        verbs.AdminError.__init__(self, str(cause))
+        self.cause = cause
+        self.settled = settled
 
 
 @dataclass(frozen=True, slots=True)
 class JobView:
     inspection: verbs.Inspection
+    attempt: int
+    task: str
+    holder: Holder | None
+    """Who holds it now (an active job whose holder's entry lists it)."""
     progress: str | None
     progress_percent: float | None
     last_error: str | None
@@ -50,8 +48,12 @@ class JobView:
     payload_truncated: bool
 
     def as_dict(self) -> dict[str, Any]:
+        holder = self.holder
         return {
             **self.inspection.as_dict(),
+            "task": self.task,
+            "holder": None if holder is None else holder.worker,
+            "claimed_ms": None if holder is None else holder.claimed_ms,
             "progress": self.progress,
             "last_error": self.last_error,
             "last_traceback": self.last_traceback,
@@ -70,8 +72,15 @@ async def job_view(queue: Queue, job_id: JobId) -> JobView:
     else:
         lines, logs = 0, []
     shown = job.payload[: verbs.PAYLOAD_SHOWN]
+    attempt = int(job.row.get("attempts", "0") or 0) if job.row.get("attempts", "").isdigit() else 0
+    holder = None
+    if job.where == "active":
+        holder = await holder_of(queue.client, queue.name, job_id, attempt)
     return JobView(
         inspection=job,
+        attempt=attempt,
+        task=preview(job.payload)[0],
+        holder=holder,
         progress=job.row.get("progress"),
         progress_percent=percent(job.row.get("progress")),
         last_error=job.row.get("last_error"),

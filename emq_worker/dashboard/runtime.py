@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from emq_worker.admin import verbs
+from emq_worker.dashboard.queues import QueueFinder
 from emq_worker.dashboard.security import CSRF_FIELD, Guard, set_csrf_cookie
 from emq_worker.dashboard.settings import DashboardSettings
 from emq_worker.dashboard.timeline import LeaseTracker
@@ -19,6 +20,7 @@ from emq_worker.protocol.scripts import Scripts
 
 FLASH_COOKIE = "emq_flash"
 FLASH_SHOWN = 300
+NO_VALUE = "\N{EN DASH}"
 
 
 @dataclass(slots=True)
@@ -29,16 +31,24 @@ class Dashboard:
     scripts: Scripts
     client: Redis | None = None
     tracker: LeaseTracker | None = None
+    finder: QueueFinder | None = None
 
     def attach(self, client: Redis) -> None:
         self.client = client
         self.tracker = LeaseTracker(client)
+        self.finder = QueueFinder(client)
 
     @property
     def redis(self) -> Redis:
         if self.client is None:
             raise RuntimeError("the dashboard has no Redis client yet (lifespan not started)")
         return self.client
+
+    @property
+    def queues(self) -> QueueFinder:
+        if self.finder is None:
+            raise RuntimeError("the dashboard has no queue finder yet (lifespan not started)")
+        return self.finder
 
     @property
     def leases(self) -> LeaseTracker:
@@ -63,6 +73,26 @@ def relative(ms: int) -> str:
     return f"in {ms / 1000:.1f} s" if ms >= 0 else f"{-ms / 1000:.1f} s ago"
 
 
+def span(ms: float | None) -> str:
+    """A duration for people: `340 ms`, `2.5 s`, `4 min 10 s`, `3 h 5 min`."""
+    if ms is None:
+        return NO_VALUE
+    if ms < 1000:
+        return f"{ms:.3g} ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, seconds = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours < 48 else f"{hours // 24} d {hours % 24} h"
+
+
+def ratio(value: float | None) -> str:
+    return NO_VALUE if value is None else f"{value * 100:.1f} %"
+
+
 def templates() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("emq_worker.dashboard", "templates"),
@@ -73,6 +103,8 @@ def templates() -> jinja2.Environment:
     )
     env.filters["when"] = when
     env.filters["relative"] = relative
+    env.filters["span"] = span
+    env.filters["ratio"] = ratio
     env.globals["count_fields"] = verbs.COUNT_FIELDS
     return env
 

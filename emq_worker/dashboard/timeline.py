@@ -10,6 +10,13 @@ previous sample of the same queue it tells:
   settled (completed, retried, dead); without one, a lease gone after its deadline was reaped,
   before it released (a worker handing jobs back at shutdown); no row and no receipt: removed.
 
+Each lease also shows its holder and when it was claimed: our workers list the jobs they hold
+and how long ago they claimed them in their presence entries (dashboard/fleet.py), exact to a
+round trip on the server clock. The claim script records no claim time on the row, so a lease no
+entry lists (an EchoMQ holder; a worker holding more than its entry lists) is dated by its
+deadline minus the longest time left ever seen on it (about the lease length), the earliest such
+estimate kept, and flagged as estimated.
+
 This works from the keyspace alone; the optional `emq:{q}:events` channel is not needed.
 """
 
@@ -22,6 +29,9 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
+from emq_worker.beat.presence import presence_entries
+from emq_worker.dashboard.fleet import Holder, holders
+from emq_worker.dashboard.listing import peek
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.replies import text
 from emq_worker.protocol.servertime import queue_time, to_ms
@@ -46,6 +56,31 @@ class Lease:
     """The most time left seen on this lease: about the lease length."""
     renewals: list[int] = field(default_factory=list)
     """Server times (ms) of the samples that saw the deadline move forward."""
+    claimed_ms: int | None = None
+    """When it was claimed (server ms): from its holder's entry, else estimated."""
+    claim_estimated: bool = True
+    holder: str = ""
+    task: str = ""
+
+    def date(self, holder: Holder | None, lease_ms: int = 0) -> None:
+        """Learn the claim's time (and holder) from an entry, or estimate it: the deadline minus
+        the longer of the most time left ever seen and `lease_ms` (the queue's workers' lease)."""
+        if holder is not None:
+            self.holder, self.claimed_ms, self.claim_estimated = (
+                holder.worker,
+                holder.claimed_ms,
+                False,
+            )
+        elif self.claim_estimated:
+            # Never later than first seen (a lease first seen past its deadline shows no length).
+            estimate = min(self.deadline_ms - max(self.longest_ms, lease_ms), self.first_seen_ms)
+            self.claimed_ms = (
+                estimate if self.claimed_ms is None else min(self.claimed_ms, estimate)
+            )
+
+    @property
+    def start_ms(self) -> int:
+        return self.first_seen_ms if self.claimed_ms is None else self.claimed_ms
 
     def status(self, now_ms: int) -> str:
         left = self.deadline_ms - now_ms
@@ -62,6 +97,11 @@ class Lease:
             "first_seen_ms": self.first_seen_ms,
             "renewals": list(self.renewals),
             "status": self.status(now_ms),
+            "claimed_ms": self.claimed_ms,
+            "claim_estimated": self.claim_estimated,
+            "running_ms": now_ms - self.start_ms,
+            "holder": self.holder,
+            "task": self.task,
         }
 
 
@@ -78,6 +118,9 @@ class EndedLease:
             "attempts": self.lease.attempts,
             "deadline_ms": self.lease.deadline_ms,
             "first_seen_ms": self.lease.first_seen_ms,
+            "claimed_ms": self.lease.claimed_ms,
+            "holder": self.lease.holder,
+            "task": self.lease.task,
             "renewals": list(self.lease.renewals),
             "ended": self.ended,
             "noticed_ms": self.noticed_ms,
@@ -131,6 +174,7 @@ class LeaseTracker:
         async with track.lock:
             now_ms, held, seen = await self._read(keys)
             await self._compare(keys, track, now_ms, seen)
+            await self._attribute(keys, track, now_ms)
             leases = sorted(track.leases.values(), key=lambda lease: lease.deadline_ms)
             ended = sorted(track.ended, key=lambda end: end.noticed_ms, reverse=True)
             return Timeline(queue, now_ms, held, leases, ended)
@@ -176,6 +220,17 @@ class LeaseTracker:
                 lease.renewals = [*lease.renewals, now_ms][-RENEWALS_KEPT:]
             lease.deadline_ms = deadline
             lease.longest_ms = max(lease.longest_ms, deadline - now_ms)
+
+    async def _attribute(self, keys: QueueKeys, track: _Track, now_ms: int) -> None:
+        """Each lease's holder and claim time; the task of the leases seen for the first time."""
+        entries = await presence_entries(self.client, [keys.queue]) if track.leases else []
+        held = holders(entries, now_ms)
+        lease_ms = max((int(e.fields.get("lease_ms") or 0) for e in entries), default=0)
+        for lease in track.leases.values():
+            lease.date(held.get((lease.job_id, lease.attempts)), lease_ms)
+        new = [(lease.job_id, 0) for lease in track.leases.values() if not lease.task]
+        for row in await peek(self.client, keys, "active", new) if new else []:
+            track.leases[row.id].task = row.task or "?"
 
     async def _beyond_the_head(self, keys: QueueKeys, gone: list[Lease]) -> list[Lease]:
         """Of the leases missing from a sample, those still held by the same claim: with more

@@ -1,58 +1,45 @@
-"""The read-only pages and their live fragments (HTML) and JSON twins."""
+"""A queue's page (counts, graphs, the lease timeline), a job's page, the dead letter: the HTML
+pages, their live fragments and their JSON twins."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from emq_worker.admin import render as admin_render
 from emq_worker.admin import verbs
-from emq_worker.dashboard import reads
+from emq_worker.dashboard import attempts, listing, reads
+from emq_worker.dashboard.history import RANGES
 from emq_worker.dashboard.layout import lanes
+from emq_worker.dashboard.params import (
+    choice_param,
+    job_param,
+    open_queue,
+    page_param,
+)
 from emq_worker.dashboard.runtime import dashboard, render
 from emq_worker.errors import ConfigError
-from emq_worker.protocol import ids
-from emq_worker.protocol.keys import validate_queue_name
-from emq_worker.protocol.names import JobId
-from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.names import Field
 
 DEAD_LIMIT_DEFAULT = 100
 DEAD_LIMIT_MAX = 1000
-
-
-def queue_param(request: Request) -> str:
-    return validate_queue_name(request.path_params["queue"])
-
-
-def job_param(request: Request) -> JobId:
-    return ids.job_id(request.path_params["job_id"])
-
-
-async def open_queue(request: Request) -> Queue:
-    """The queue named in the path: QueueNameError (400) or UnknownQueueError (404)."""
-    dash = dashboard(request)
-    return await verbs.open_queue(dash.redis, dash.scripts, queue_param(request))
-
-
-async def index(request: Request) -> Response:
-    dash = dashboard(request)
-    return render(request, "index.html", overview=await reads.overview(dash.redis, dash.scripts))
-
-
-async def queues_fragment(request: Request) -> Response:
-    dash = dashboard(request)
-    return render(request, "_queues.html", overview=await reads.overview(dash.redis, dash.scripts))
-
-
-async def queues_json(request: Request) -> Response:
-    dash = dashboard(request)
-    return JSONResponse((await reads.overview(dash.redis, dash.scripts)).as_dict())
 
 
 async def queue_page(request: Request) -> Response:
     queue = await open_queue(request)
     stats = await verbs.queue_stats(queue)
     timeline = await dashboard(request).leases.sample(queue.name)
-    return render(request, "queue.html", queue=queue.name, stats=stats, lanes=lanes(timeline))
+    chosen = choice_param(request, "range", tuple(RANGES))
+    return render(
+        request,
+        "queue.html",
+        queue=queue.name,
+        stats=stats,
+        lanes=lanes(timeline),
+        tab="leases",
+        range=chosen,
+        ranges=tuple(RANGES),
+    )
 
 
 async def queue_fragment(request: Request) -> Response:
@@ -67,21 +54,52 @@ async def leases_json(request: Request) -> Response:
     return JSONResponse((await dashboard(request).leases.sample(queue.name)).as_dict())
 
 
-async def job_page(request: Request) -> Response:
+async def _job(request: Request) -> tuple[str, reads.JobView]:
     queue = await open_queue(request)
-    job = await reads.job_view(queue, job_param(request))
-    return render(request, "job.html", queue=queue.name, job=job, inspection=job.inspection)
+    job_id = job_param(request)
+    try:
+        return queue.name, await reads.job_view(queue, job_id)
+    except verbs.UnknownJobError as exc:
+        settled = await attempts.settled_of(queue.client, queue.name, job_id)
+        if not settled:
+            raise
+        raise reads.GoneJobError(exc, settled) from exc
+
+
+async def job_page(request: Request) -> Response:
+    try:
+        name, job = await _job(request)
+    except reads.GoneJobError as gone:
+        return render(
+            request,
+            "job_gone.html",
+            status=404,
+            queue=request.path_params["queue"],
+            job_id=request.path_params["job_id"],
+            message=str(gone.cause),
+            attempts=attempts.attempts([], gone.settled, None),
+        )
+    history = admin_render.error_history(job.inspection.row.get(Field.ERROR_HISTORY, ""))
+    settled = await attempts.settled_of(dashboard(request).redis, name, job.inspection.job_id)
+    running = (job.attempt, job.holder) if job.inspection.where == "active" else None
+    return render(
+        request,
+        "job.html",
+        queue=name,
+        job=job,
+        inspection=job.inspection,
+        attempts=attempts.attempts(history, settled, running),
+    )
 
 
 async def job_fragment(request: Request) -> Response:
-    queue = await open_queue(request)
-    job = await reads.job_view(queue, job_param(request))
-    return render(request, "_job.html", queue=queue.name, job=job, inspection=job.inspection)
+    name, job = await _job(request)
+    return render(request, "_job.html", queue=name, job=job, inspection=job.inspection)
 
 
 async def job_json(request: Request) -> Response:
-    queue = await open_queue(request)
-    return JSONResponse((await reads.job_view(queue, job_param(request))).as_dict())
+    _, job = await _job(request)
+    return JSONResponse(job.as_dict())
 
 
 def dead_limit(request: Request) -> int:
@@ -93,8 +111,15 @@ def dead_limit(request: Request) -> int:
 
 async def dead_page(request: Request) -> Response:
     queue = await open_queue(request)
-    view = await reads.dead_view(queue, dead_limit(request))
-    return render(request, "dead.html", queue=queue.name, view=view)
+    dead_limit(request)  # still checked: the page size is listing.PER_PAGE
+    stats = await verbs.queue_stats(queue)
+    order = choice_param(request, "order", ("oldest", "newest"))
+    found = await listing.list_jobs(
+        queue.client, queue.name, "dead", page_param(request), newest_first=order == "newest"
+    )
+    return render(
+        request, "dead.html", queue=queue.name, stats=stats, listing=found, tab="dead", order=order
+    )
 
 
 async def dead_json(request: Request) -> Response:

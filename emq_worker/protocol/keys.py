@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from emq_worker.errors import QueueNameError
 from emq_worker.server.fence import VERSION_KEY as VERSION_KEY
 
+QUEUES_KEY = "{emq}:queues"
+"""ZSET of the queues emq-worker workers serve (score: the last time one said so, unix ms): how
+the dashboard finds queues without a SCAN of the whole keyspace. Ours, not EchoMQ's."""
+
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
@@ -45,6 +49,10 @@ class QueueKeys:
     alone (see lua/reap.lua)."""
     offers: str
     """ZSET of hand-off offers of workers parked with a free slot (see lua/claim.lua)."""
+    workers: str
+    """ZSET of the workers announcing themselves on the queue (score: their last beat, ms)."""
+    settled_log: str
+    """LIST of the jobs workers settled lately, newest first (JSON; see lua/history.lua)."""
 
     @classmethod
     def of(cls, queue: str) -> QueueKeys:
@@ -63,6 +71,8 @@ class QueueKeys:
             cancel=p + "cancel",
             suspects=p + "suspects",
             offers=p + "offers",
+            workers=p + "workers",
+            settled_log=p + "history:settled",
         )
 
     def job(self, job_id: str) -> str:
@@ -79,6 +89,18 @@ class QueueKeys:
 
     def claim_memo(self, nonce: str) -> str:
         return f"{self.prefix}claim:{nonce}"
+
+    def worker(self, worker_id: str) -> str:
+        """A worker's presence entry on this queue (JSON, with a TTL of a few beats)."""
+        return f"{self.prefix}worker:{worker_id}"
+
+    def history_minute(self, start_ms: int) -> str:
+        """The history bucket of the minute starting at `start_ms` (unix ms, server clock)."""
+        return f"{self.prefix}history:m:{start_ms}"
+
+    def history_hour(self, start_ms: int) -> str:
+        """The history bucket of the hour starting at `start_ms` (unix ms, server clock)."""
+        return f"{self.prefix}history:h:{start_ms}"
 
     def handoff(self, offer_nonce: str) -> str:
         """The list a parked worker's BLPOP waits on for the jobs handed to its offer."""

@@ -59,6 +59,7 @@ VERBS: Final = (
     "repeat_due",
     "drain",
     "obliterate",
+    "history",
 )
 """Every verb with a script, `lua/<verb>.lua`; each is built and loaded at start-up."""
 

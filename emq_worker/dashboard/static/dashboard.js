@@ -14,6 +14,8 @@
           el.innerHTML = await response.text();
           el.dataset.refreshed = String(Number(el.dataset.refreshed || 0) + 1);
           el.classList.remove("stale");
+          // charts.js redraws what it drew inside (the overview's sparklines).
+          el.dispatchEvent(new CustomEvent("emq:refreshed", { bubbles: true }));
         } else {
           el.classList.add("stale");
         }
