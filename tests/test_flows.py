@@ -20,6 +20,7 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, SettleStatus
 from emq_worker.protocol.values import Completion, Failure
 from tests.support.conformance import RECEIPT_MS, Harness, held
+from tests.support.wait import eventually
 
 LEASE_MS = 60_000
 
@@ -288,9 +289,12 @@ async def test_a_part_in_another_queue_that_fails_leaves_its_parent_held(
 async def test_a_child_the_reaper_dead_letters_fails_its_parent(conf: Harness) -> None:
     queue = conf.queue
     flow = await conf.producer.enqueue_flow(queue.name, FlowJob("p", children=[leaf("a")]))
-    await queue.claim(1, 1)  # a lease of 1 ms: lapsed at once
-    reaped = await queue.reap(10, max_attempts=1)
-    assert reaped.dead == 1
+    await queue.claim(1, 1)  # a lease of 1 ms: lapsed at the server's next millisecond
+
+    async def reaped_dead() -> bool:
+        return (await queue.reap(10, max_attempts=1)).dead == 1
+
+    await eventually(reaped_dead, what="the reaper dead-lettered the child")
     row = await conf.row(flow.job_id)
     assert row[b"state"] == b"dead"
     assert b"lease expired" in row[b"last_error"]
