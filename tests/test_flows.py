@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from typing import cast
 
+import anyio
 import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from emq_worker import FlowError, FlowJob, FlowWriteError, Producer
+from emq_worker import App, FlowError, FlowJob, FlowWriteError, JobContext, Producer, Worker
 from emq_worker.beat.outbox import OutboxSweep
 from emq_worker.jobs.children import children_failures, children_results
 from emq_worker.observe.log import get_logger
@@ -20,6 +21,7 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, SettleStatus
 from emq_worker.protocol.values import Completion, Failure
 from tests.support.conformance import RECEIPT_MS, Harness, held
+from tests.support.running import worker_settings
 from tests.support.wait import eventually
 
 LEASE_MS = 60_000
@@ -323,3 +325,27 @@ async def test_the_producer_accepts_raw_payloads_in_a_flow(client: Redis, queue_
     assert await children_results(queue, flow.job_id) == {job.id: job.id.encode()}
     with pytest.raises(FlowError, match="raw payload takes no task"):
         await producer.enqueue_flow(queue_name, FlowJob("t", payload=b"x"))
+
+
+async def test_a_burst_worker_runs_a_parent_its_last_sweep_released_before_it_exits(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    kids = queue_name + ".kids"
+    ran: list[str] = []
+    app = App()
+
+    @app.task
+    async def step(ctx: JobContext, name: str) -> str:
+        ran.append(name)
+        return name
+
+    producer = Producer(client)
+    root = FlowJob(
+        "step", {"name": "parent"}, children=[FlowJob("step", {"name": "child"}, queue=kids)]
+    )
+    flow = await producer.enqueue_flow(queue_name, root)
+    worker = Worker(worker_settings((queue_name, kids), redis_url, burst=True), app)
+    with anyio.fail_after(20):
+        await worker.run()
+    assert ran == ["child", "parent"]
+    assert await producer.queue(queue_name).state_of(flow.job_id) == "absent"

@@ -27,6 +27,8 @@ class QueueUpkeep:
         self.log = log
         self._log_jobs = log.is_enabled_for(logging.INFO)
         self.outbox = OutboxSweep(log)
+        self.released_parents = 0
+        """Flow parents the outbox sweeps released to pending (a burst worker is not idle then)."""
 
     async def reap(self, queue: Queue, budget_ends: float) -> None:
         """Reap in batches until caught up or until `budget_ends` (monotonic) has passed."""
@@ -60,5 +62,5 @@ class QueueUpkeep:
             self.counters.phantoms += result.phantoms
             if not result.more:
                 if result.outbox:
-                    await self.outbox.sweep(queue)
+                    self.released_parents += await self.outbox.sweep(queue)
                 return result.next_due_ms
