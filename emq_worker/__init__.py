@@ -12,6 +12,8 @@ from emq_worker.errors import (
     ConfigError,
     EmqError,
     FencedError,
+    FlowError,
+    FlowWriteError,
     JobFailedError,
     JobIdError,
     KindError,
@@ -29,6 +31,7 @@ from emq_worker.errors import (
 )
 from emq_worker.jobs.context import JobContext
 from emq_worker.jobs.events import Event, EventStream, open_events, subscribe
+from emq_worker.jobs.flows import Flow, FlowJob
 from emq_worker.jobs.handles import (
     AsyncTaskHandle,
     JobHandle,
@@ -54,6 +57,10 @@ __all__ = [
     "Exponential",
     "FencedError",
     "Fixed",
+    "Flow",
+    "FlowError",
+    "FlowJob",
+    "FlowWriteError",
     "Jitter",
     "JobContext",
     "JobFailedError",

@@ -115,3 +115,20 @@ class ResultUnavailableError(EmqError, LookupError):
 class TaskArgumentError(ConfigError, TypeError):
     """A typed task handle's arguments do not fit its handler's signature (a missing, unknown or
     positional-only argument); raised before anything is written."""
+
+
+class FlowError(ConfigError):
+    """A flow (a parent and its children) cannot be written as given: a tree deeper than
+    EchoMQ's cap, an id used twice, a node without a task or payload. Raised before anything
+    is written."""
+
+
+class FlowWriteError(EmqError):
+    """A flow was refused (a job with one of its ids exists) or, across queues, written only in
+    part: the parts in `written` landed, and their parents stay `awaiting_children`, never
+    released (fail-closed); the message says which jobs and what to remove."""
+
+    def __init__(self, message: str, written: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
+        self.written = written
+        """(queue, job ids) of each part written, in the order written."""
+        super().__init__(message)

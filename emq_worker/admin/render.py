@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 
 from emq_worker.admin.dead import DeadJob
+from emq_worker.admin.flows import flow_lines
 from emq_worker.admin.lookup import CompletedJob
 from emq_worker.admin.verbs import COUNT_FIELDS, PAYLOAD_SHOWN, Discovery, Inspection, QueueStats
 from emq_worker.protocol.names import Field
@@ -100,6 +101,8 @@ def render_inspection(job: Inspection) -> str:
         lines.append(("lock", f"{escape(job.lock_value)} ({ttl})"))
     if job.scheduled_at_ms is not None:
         lines.append(("scheduled", _when(job.scheduled_at_ms, job.server_now_ms)))
+    if job.flow is not None:
+        lines += [(name, escape(value)) for name, value in flow_lines(job.flow)]
     shown = escape(job.payload[:PAYLOAD_SHOWN])
     if len(job.payload) > PAYLOAD_SHOWN:
         shown += f" ... ({job.payload_bytes} bytes in all)"

@@ -14,6 +14,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from emq_worker.admin.flows import FlowView, flow_view
 from emq_worker.errors import EmqError, LockedError
 from emq_worker.jobs.writes import read_log
 from emq_worker.protocol.keys import QueueKeys, validate_queue_name
@@ -172,6 +173,8 @@ class Inspection:
     lock_value: str | None = None
     lock_ttl_ms: int | None = None
     scheduled_at_ms: int | None = None
+    flow: FlowView | None = None
+    """A flow child's parent, or a flow parent's record of its children."""
 
     def as_dict(self) -> dict[str, Any]:
         shown = self.payload[:PAYLOAD_SHOWN]
@@ -188,6 +191,7 @@ class Inspection:
             "lock_value": self.lock_value,
             "lock_ttl_ms": self.lock_ttl_ms,
             "scheduled_at_ms": self.scheduled_at_ms,
+            "flow": None if self.flow is None else self.flow.as_dict(),
         }
 
 
@@ -223,6 +227,7 @@ async def inspect_job(queue: Queue, job_id: JobId) -> Inspection:
         lock_value=None if lock is None else text(lock),
         lock_ttl_ms=int(ttl) if lock is not None and int(ttl) >= 0 else None,
         scheduled_at_ms=_ms(run_at),
+        flow=await flow_view(queue, job_id, row),
     )
 
 

@@ -56,6 +56,9 @@ class Call:
     """The worker's defaults, then the task's policy, then the producer's per-job options."""
     trace: dict[str, str] | None = None
     """The enqueue's W3C trace context, from the envelope (tracing.py)."""
+    flow_child: bool = False
+    """Hand the return value to the job's flow parent (the envelope says it is a flow child)."""
+    raw: bool = False
 
 
 CANCELLED = "cancelled by an operator"
@@ -145,15 +148,16 @@ class JobRunner:
         raw = self.app.raw.get(job.queue)
         if raw is not None:
             ctx = JobContext(job.queue, job.id, job.token, raw.name, job.payload, writer, job.nonce)
-            return Call(raw, ctx, {}, self._policy_of(raw))
-        name, kwargs, options, trace = codec.decode_message(job.payload)
-        task = self.app.lookup(name)
-        ctx = JobContext(job.queue, job.id, job.token, name, job.payload, writer, job.nonce)
-        task.check_kwargs(ctx, kwargs)
+            return Call(raw, ctx, {}, self._policy_of(raw), raw=True)
+        message = codec.decode_message(job.payload)
+        task = self.app.lookup(message.task)
+        ctx = JobContext(job.queue, job.id, job.token, message.task, job.payload, writer, job.nonce)
+        task.check_kwargs(ctx, message.kwargs)
+        options = message.options
         policy = (
             self._policy_of(task) if options is None else resolve(self._policy_of(task), options)
         )
-        return Call(task, ctx, kwargs, policy, trace)
+        return Call(task, ctx, message.kwargs, policy, message.trace, message.flow_child)
 
     def _policy_of(self, task: Task) -> Policy:
         """The task's policy over the worker's defaults, resolved once per task."""
@@ -191,9 +195,18 @@ class JobRunner:
                 return await self._failure(lease, call, f"timed out after {timeout_ms} ms", trace)
             return await self._failure(lease, call, f"{type(exc).__name__}: {exc}", trace)
         ttl_ms = call.policy.result_ttl_ms
-        if not ttl_ms:
-            return Completion(lease.held)  # the common case: no result is kept
-        return Completion(lease.held, self._result(lease, call, value), ttl_ms)
+        if ttl_ms:
+            return Completion(lease.held, self._result(lease, call, value), ttl_ms)
+        if call.flow_child or (call.raw and value is not None):
+            return Completion(lease.held, self._flow_value(lease, call, value))  # parent only
+        return Completion(lease.held)  # the common case: no result is kept
+
+    def _flow_value(self, lease: Lease, call: Call, value: Any) -> bytes:
+        """What a flow parent records for this child (stored nowhere else, TTL 0): a raw
+        handler's bytes as they are (an EchoMQ parent reads them), else the stored form."""
+        if call.raw and isinstance(value, bytes):
+            return value
+        return self._result(lease, call, value)
 
     def _result(self, lease: Lease, call: Call, value: Any) -> bytes:
         data, error = encode_result(value)

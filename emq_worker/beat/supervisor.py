@@ -157,8 +157,10 @@ class Supervisor:
         idle = idle and self.drainer.limited_until is None  # held back by a limit is not idle
         idle = idle and not self.isolation.health.resting()  # nor is a queue that failed
         if idle and self.settings.burst:
+            released = self.upkeep.released_parents
             await self.promote()  # a job failed since the beat may have been scheduled
-            idle = self._next_due is None
+            # (and a flow outbox swept: a parent it released is work too)
+            idle = self._next_due is None and self.upkeep.released_parents == released
         if not drained.more and not (idle and self.settings.burst):
             await self.park(jobs)
         return idle

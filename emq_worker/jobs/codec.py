@@ -55,6 +55,9 @@ def _pick_dumps() -> Callable[[Any], bytes] | None:
 _dumps = _pick_dumps()
 
 
+FLOW_CHILD = "flow_child"
+"""The envelope field (true) of a flow child: the worker hands its return value to the parent."""
+
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 """Built once: json.dumps with any non-default option builds a new encoder on every call."""
 
@@ -64,8 +67,11 @@ def encode(
     kwargs: Mapping[str, Any] | None = None,
     options: JobPolicy | None = None,
     trace: Mapping[str, str] | None = None,
+    *,
+    flow_child: bool = False,
 ) -> bytes:
-    """`trace`: the W3C trace context of the enqueue (`traceparent`, `tracestate`; tracing.py)."""
+    """`trace`: the W3C trace context of the enqueue (`traceparent`, `tracestate`; tracing.py).
+    `flow_child`: the job is a flow child, whose return value its parent reads (jobs/flows.py)."""
     if not isinstance(task, str) or not task:
         raise PayloadError(f"task name must be a non-empty string; got {task!r}")
     envelope: dict[str, Any] = {"task": task, "kwargs": dict(kwargs or {})}
@@ -73,6 +79,8 @@ def encode(
         envelope["options"] = options.to_wire()
     if trace:
         envelope["trace"] = dict(trace)
+    if flow_child:
+        envelope[FLOW_CHILD] = True
     if _dumps is not None:
         try:
             encoded = _dumps(envelope)
@@ -112,12 +120,14 @@ class Message(NamedTuple):
     options: JobPolicy | None
     trace: dict[str, str] | None
     """The enqueue's W3C trace context, when the envelope carries a well-formed one."""
+    flow_child: bool = False
+    """A flow child: its return value goes to its parent's record (jobs/flows.py)."""
 
 
 def decode_job(payload: bytes) -> tuple[str, dict[str, Any], JobPolicy | None]:
     """Return (task, kwargs, options or None), or raise PayloadError saying what is wrong."""
-    task, kwargs, options, _ = decode_message(payload)
-    return task, kwargs, options
+    message = decode_message(payload)
+    return message.task, message.kwargs, message.options
 
 
 def decode_message(payload: bytes) -> Message:
@@ -139,10 +149,11 @@ def decode_message(payload: bytes) -> Message:
     if not isinstance(kwargs, dict):
         raise PayloadError(f"payload kwargs must be a JSON object; got {type(kwargs).__name__}")
     trace = _trace_of(envelope)
+    child = envelope.get(FLOW_CHILD) is True
     options = envelope.get("options")
     if options is None:
-        return Message(task, kwargs, None, trace)  # the common case: no per-job options
-    return Message(task, kwargs, JobPolicy.from_wire(options), trace)
+        return Message(task, kwargs, None, trace, child)  # the common case: no per-job options
+    return Message(task, kwargs, JobPolicy.from_wire(options), trace, child)
 
 
 def _trace_of(envelope: dict[str, Any]) -> dict[str, str] | None:

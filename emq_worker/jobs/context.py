@@ -9,6 +9,7 @@ import structlog
 
 from emq_worker.errors import ConfigError, FencedError
 from emq_worker.jobs import tracing
+from emq_worker.jobs.children import children_failures, children_results
 from emq_worker.jobs.writes import LOG_KEEP, append_log, report_progress
 from emq_worker.protocol.names import JobId, Token
 from emq_worker.protocol.queue import Queue
@@ -87,6 +88,17 @@ class JobContext:
             self.log.warning("job_log_fenced", status=exc.status, current=exc.detail)
             tracing.fenced(self.span, self.job_id, self.token, "log", exc.detail, exc.status)
             raise
+
+    async def children_results(self) -> dict[JobId, Any]:
+        """For a flow parent: each completed child's id and the value its handler returned
+        (decoded JSON; bytes as recorded for a child an EchoMQ consumer or a raw handler
+        completed: EchoMQ records the child's own id when it completes without a result)."""
+        return await children_results(self._writer(), self.job_id)
+
+    async def children_failures(self) -> dict[JobId, str]:
+        """For a flow parent: each child that died under `on_failure="ignore"` (counted as
+        done) and its last error."""
+        return await children_failures(self._writer(), self.job_id)
 
     def _writer(self) -> Queue:
         if self._queue is None:

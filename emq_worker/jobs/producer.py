@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from emq_worker.errors import ConfigError
 from emq_worker.jobs import codec, tracing
+from emq_worker.jobs.flows import Flow, FlowJob, write_flow
 from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
 from emq_worker.jobs.resend import send_enqueue
@@ -237,6 +238,16 @@ class Producer:
             f"{self.minter.node_id}?"
         )
 
+    async def enqueue_flow(self, queue: str, root: FlowJob) -> Flow:
+        """Enqueue a flow: `root` runs in `queue` once its children are done (each child may
+        have children of its own, to EchoMQ's cap of 8 levels, and run in another queue). A
+        flow in one queue is written in one script call, all or none; across queues, parents
+        first. Returns the ids in the shape of the tree. Raises FlowError for a tree that
+        cannot be written (before anything is), FlowWriteError when a job with one of its ids
+        exists, or a later part in another queue failed (the message says what was written)."""
+        with tracing.send_span(queue, 1) as trace:
+            return await write_flow(self.queue, self.minter.job_id, queue, root, trace)
+
     async def repeat(
         self,
         queue: str,
@@ -310,6 +321,9 @@ class SyncProducer:
 
     def enqueue_many(self, queue: str, specs: Sequence[JobSpec]) -> list[Enqueued]:
         return self._portal.call(self._producer.enqueue_many, queue, specs)
+
+    def enqueue_flow(self, queue: str, root: FlowJob) -> Flow:
+        return self._portal.call(self._producer.enqueue_flow, queue, root)
 
     def repeat(
         self, queue: str, name: str, task: str, kwargs: Mapping[str, Any] | None = None, **when: Any

@@ -20,6 +20,8 @@ class JobState(StrEnum):
     ACTIVE = "active"
     SCHEDULED = "scheduled"
     DEAD = "dead"
+    AWAITING_CHILDREN = "awaiting_children"
+    """A flow parent held out of every set until its children are done (docs/protocol.md, 5b)."""
 
 
 class Field(StrEnum):
@@ -34,3 +36,8 @@ class Field(StrEnum):
     """The last failed attempt's formatted traceback (its last 8 KB); EchoMQ ignores it."""
     ERROR_HISTORY = "error_history"
     """JSON array of the last 5 failed attempts' {attempt, at_ms, error}; kept by dead retry."""
+    PARENT = "parent"
+    """A flow child's parent id (the parent waits in `parent_queue`, else in this queue)."""
+    PARENT_QUEUE = "parent_queue"
+    PARENT_POLICY = "parent_policy"
+    """`fp`: the child's death fails its parent; `id`: its death counts as done."""

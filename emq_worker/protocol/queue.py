@@ -321,15 +321,19 @@ class Queue:
         }
 
     async def state_of(self, job_id: JobId) -> str:
-        """Where the job is: pending, active, scheduled, dead, unknown (row only) or absent."""
+        """Where the job is: pending, active, scheduled, dead, awaiting_children (a flow parent,
+        in no set), unknown (a row in no set) or absent."""
         k = self.keys
         async with self.client.pipeline(transaction=False) as pipe:
             for key in (k.pending, k.active, k.schedule, k.dead):
                 pipe.zscore(key, job_id)
+            pipe.hget(k.job(job_id), "state")
             pipe.exists(k.job(job_id))
-            *scores, exists = await pipe.execute()
+            *scores, row_state, exists = await pipe.execute()
         states = (JobState.PENDING, JobState.ACTIVE, JobState.SCHEDULED, JobState.DEAD)
         for state, score in zip(states, scores, strict=True):
             if score is not None:
                 return str(state)
+        if row_state == JobState.AWAITING_CHILDREN.encode():
+            return str(JobState.AWAITING_CHILDREN)
         return "unknown" if exists else "absent"

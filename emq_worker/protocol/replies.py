@@ -88,6 +88,8 @@ class PromoteResult:
     phantoms: int
     next_due_ms: int | None
     more: bool
+    outbox: int = 0
+    """Entries waiting in the queue's flow outbox (the beat sweeps them: beat/outbox.py)."""
 
 
 def text(value: Any) -> str:
@@ -178,5 +180,5 @@ def reap_result(reply: Any) -> ReapResult:
 
 
 def promote_result(reply: Any) -> PromoteResult:
-    promoted, phantoms, next_due, more = (int(v) for v in reply)
-    return PromoteResult(promoted, phantoms, None if next_due < 0 else next_due, bool(more))
+    promoted, phantoms, next_due, more, outbox = (int(v) for v in reply)
+    return PromoteResult(promoted, phantoms, None if next_due < 0 else next_due, bool(more), outbox)

@@ -36,3 +36,15 @@ async def sleep(ctx: JobContext, ms: int) -> None:
 async def noop(ctx: JobContext) -> None:
     _record("start", ctx)
     _record("done", ctx)
+
+
+@app.task
+async def flow_parent(ctx: JobContext, children: int) -> int:
+    """A flow parent: records `start`, and `early` when fewer than its `children` are done
+    (completed, or dead and ignored) as it starts, which must never happen."""
+    _record("start", ctx)
+    done = len(await ctx.children_results()) + len(await ctx.children_failures())
+    if done != children:
+        _record("early", ctx)
+    _record("done", ctx)
+    return done

@@ -6,10 +6,12 @@
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = batch: the most jobs to promote in this call
 --
--- Reply: {promoted, phantoms, next_due_in_ms, more}
+-- Reply: {promoted, phantoms, next_due_in_ms, more, outbox}
 --   next_due_in_ms = ms from now until the earliest job still scheduled (-1 when none), so the
 --                    caller can park until exactly then instead of a whole beat
 --   more           = 1 when the batch was full
+--   outbox         = LLEN p.."flow:outbox": flow entries waiting for the beat's sweep (so an
+--                    empty outbox costs the beat nothing more)
 -- A due member whose row is not scheduled (EchoMQ's delay after a reap left it in pending too,
 -- and a worker claimed it there: D8) is only ZREMed: not counted, not moved.
 --- @include now_ms
@@ -41,4 +43,4 @@ local more = 0
 if #found == batch then
   more = 1
 end
-return {promoted, phantoms, next_due, more}
+return {promoted, phantoms, next_due, more, redis.call('LLEN', p .. 'flow:outbox')}

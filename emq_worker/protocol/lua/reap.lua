@@ -24,12 +24,15 @@
 --        when the batch was full and another call may find more; outcome is 'pending' or 'dead'
 --        for each job reaped (phantoms are not listed). Each reaped job loses its lock subkey;
 --        returned jobs push wake tokens.
+-- A flow child dead-lettered here tells its parent, as a settle's dead outcome does
+-- (includes/flows.lua); a parent that thereby goes to pending adds a wake token.
 -- Events: 'reaped' per job reaped (outcome pending or dead; error for dead), only while someone
 -- subscribes to p.."events".
 --- @include now_ms
 --- @include fence
 --- @include events
 --- @include strays
+--- @include flows
 -- Our scripts remove a suspect whenever its job leaves; a member another client's settle or
 -- obliterate left behind goes with the set a day after the last suspect was added.
 local SUSPECTS_TTL_MS = 86400000
@@ -38,7 +41,7 @@ local now = now_ms()
 local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
 local expired = in_state(p, KEYS[1], found, 'active') -- strays are dropped, uncounted
 local listeners = #expired > 0 and listening(p)
-local returned, dead, phantoms = 0, 0, 0
+local returned, dead, phantoms, released = 0, 0, 0, 0
 local reaped = {}
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[1], id)
@@ -54,6 +57,7 @@ for _, id in ipairs(expired) do
     redis.call('HINCRBY', KEYS[4], 'count', 1)
     redis.call('SREM', KEYS[6], id)
     dead = dead + 1
+    released = released + flow_failed(p, row, id, reason)
     if listeners then
       emit(p, 'reaped', id, fields[1], now, {outcome = 'dead', error = reason})
     end
@@ -76,7 +80,7 @@ for _, id in ipairs(expired) do
   end
   redis.call('DEL', row .. ':lock')
 end
-wake(KEYS[5], returned)
+wake(KEYS[5], returned + released)
 local more = 0
 if #found == batch then
   more = 1

@@ -12,7 +12,8 @@
 -- ARGV[4] = "dead" to remove the job only while it is in dead (purging the morgue), "pending" only
 --           while it is in pending (emptying a queue), or ""
 --
--- Reply: 1 removed (the row, its lock, logs and receipt subkeys, and its idem:<id> key);
+-- Reply: 1 removed (the row, its lock, logs and receipt subkeys, a flow parent's subkeys
+--        (includes/flows.lua), and its idem:<id> key);
 --        0 the row was gone, but either the id was still a member of a set (EchoMQ's late complete
 --        of a job we dead-lettered deletes only the row: those members and subkeys are removed),
 --        or the job completed within the window and its completion tombstones are deleted:
@@ -22,6 +23,7 @@
 --         the row's `lock` field while it can be live); EMQSTATE when ARGV[4] names a set the
 --         job is not in (nothing changed in either case).
 --- @include holds
+--- @include flows
 local p, id, did = ARGV[1], ARGV[2], ARGV[3]
 local row, idem = p .. 'job:' .. id, p .. 'idem:' .. id
 if redis.call('EXISTS', row) == 0 then
@@ -64,4 +66,5 @@ if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
 end
 redis.call('SREM', KEYS[5], id)
 redis.call('DEL', row, row .. ':lock', row .. ':logs', row .. ':receipt', idem)
+flow_retire(row)
 return 1

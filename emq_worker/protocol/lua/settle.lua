@@ -24,7 +24,8 @@
 --             token, nonce: one per completed job. The row, its lock and logs subkeys are
 --             deleted (and tombstoned, above); metrics:completed counts them. A result is SET
 --             at p.."result:"..id with PX result_ttl_ms, and p.."result:"..id..":ready" gets
---             one "1" with the same TTL (waiters block on it).
+--             one "1" with the same TTL (waiters block on it); result_ttl_ms 0 stores none
+--             (the result only goes to the job's flow parent).
 -- then    = one septuple per failed job: id, token, nonce, delay_ms, max_attempts, error,
 --           trace. It is retried after delay_ms into schedule (0: straight back to pending, with
 --           a wake), or moved to dead once attempts - attempts_base >= max_attempts (0
@@ -46,12 +47,17 @@
 --                        or missing from the set its state names); nothing changed
 -- Accepted while the job is active, or reaped back to pending and not yet re-claimed (late but
 -- uncontested).
+-- Flows (includes/flows.lua): a completed flow child counts in its parent (its result, else its
+-- id, in the parent's :processed), a dead one fails it or counts as done (its parent_policy);
+-- a parent whose last child this was goes to pending (one wake), one in another queue hears of
+-- it through p.."flow:outbox". A completed parent's flow subkeys are deleted.
 -- Events, only while someone subscribes to p.."events": 'completed'; 'retried' (outcome pending
 -- or scheduled; then 'failed' again, its old name, kept for subscribers) or 'dead', with the
 -- error; 'fenced' for a stale, gone or state refusal.
 --- @include now_ms
 --- @include fence
 --- @include events
+--- @include flows
 local p, receipt_ms, completed_ttl, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local reply, completed, woken, scheduled, cleared = {}, 0, 0, 0, 0
 local now = nil
@@ -112,13 +118,15 @@ local function tombstone(id, did)
   end
 end
 
-local function complete(id, token, nonce)
+local function complete(id, token, nonce, value)
   local row, refusal, did = settle_admit(p, id, token, nonce)
   if refusal then
     refuse(refusal, id, token)
     return false
   end
   tombstone(id, did)
+  woken = woken + flow_completed(p, row, id, value)
+  flow_retire(row)
   redis.call('DEL', row, row .. ':lock', row .. ':logs')
   completed = completed + 1
   answer(row, id, token, nonce, 'completed')
@@ -157,7 +165,7 @@ local plain_from = 6 + 5 * with_results
 local failures_from = plain_from + 3 * (n - with_results)
 for i = 6, plain_from - 1, 5 do
   local id = ARGV[i]
-  if complete(id, ARGV[i + 1], ARGV[i + 2]) then
+  if complete(id, ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]) and ARGV[i + 3] ~= '0' then
     local key, ttl = p .. 'result:' .. id, ARGV[i + 3]
     redis.call('SET', key, ARGV[i + 4], 'PX', ttl)
     redis.call('DEL', key .. ':ready')
@@ -186,6 +194,7 @@ for i = failures_from, #ARGV, 7 do
       local ready = p .. 'result:' .. id .. ':ready'
       redis.call('RPUSH', ready, 'dead')
       redis.call('PEXPIRE', ready, receipt_ms)
+      woken = woken + flow_failed(p, row, id, ARGV[i + 5])
     elseif delay <= 0 then
       outcome = 'pending'
       redis.call('ZADD', p .. 'pending', 0, id)
