@@ -80,6 +80,10 @@ class QueueKeys:
     def claim_memo(self, nonce: str) -> str:
         return f"{self.prefix}claim:{nonce}"
 
+    def lane(self, group: str) -> str:
+        """A fair lane: the jobs of `group` waiting their turn (EchoMQ's `g:<group>:pending`)."""
+        return f"{self.prefix}g:{group}:pending"
+
     def handoff(self, offer_nonce: str) -> str:
         """The list a parked worker's BLPOP waits on for the jobs handed to its offer."""
         return f"{self.prefix}handoff:{offer_nonce}"

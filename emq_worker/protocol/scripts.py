@@ -59,6 +59,10 @@ VERBS: Final = (
     "repeat_due",
     "drain",
     "obliterate",
+    "lane_pause",
+    "lane_resume",
+    "lane_limit",
+    "lanes",
 )
 """Every verb with a script, `lua/<verb>.lua`; each is built and loaded at start-up."""
 
