@@ -17,7 +17,8 @@ from emq_worker.protocol.lanes import (
     resume_lane,
     validate_group,
 )
-from emq_worker.protocol.replies import ClaimedJob
+from emq_worker.protocol.names import JobId
+from emq_worker.protocol.replies import ClaimedJob, text
 from tests.support.conformance import Harness, held, lapse
 
 RECEIPT_MS = 60_000
@@ -28,9 +29,9 @@ def conf(client: Redis, queue_name: str) -> Harness:
     return Harness.of(client, queue_name)
 
 
-async def put(conf: Harness, group: str | None, n: int = 1, **options: object) -> list[str]:
+async def put(conf: Harness, group: str | None, n: int = 1, **options: object) -> list[JobId]:
     """`n` jobs in `group`'s lane (None: the common pending set), payloads "<group>-<i>"."""
-    ids = []
+    ids: list[JobId] = []
     for i in range(n):
         sent = await conf.producer.enqueue_raw(
             conf.queue.name,
@@ -47,12 +48,12 @@ def groups_of(jobs: tuple[ClaimedJob, ...]) -> list[str]:
 
 
 async def ring(conf: Harness) -> list[str]:
-    return [g.decode() for g in await conf.client.lrange(conf.keys.prefix + "ring", 0, -1)]
+    return [text(g) for g in await conf.client.lrange(conf.keys.prefix + "ring", 0, -1)]
 
 
 async def gactive(conf: Harness) -> dict[str, int]:
     raw = await conf.client.hgetall(conf.keys.prefix + "gactive")
-    return {k.decode(): int(v) for k, v in raw.items()}
+    return {text(k): int(v) for k, v in raw.items()}
 
 
 async def test_a_grouped_job_waits_in_its_lane_with_its_group_on_the_row(conf: Harness) -> None:

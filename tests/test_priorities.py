@@ -8,6 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker.errors import ConfigError
+from emq_worker.protocol.names import JobId
 from emq_worker.protocol.values import NewJob
 from tests.support.conformance import Harness, held, lapse
 
@@ -17,7 +18,7 @@ def conf(client: Redis, queue_name: str) -> Harness:
     return Harness.of(client, queue_name)
 
 
-async def put(conf: Harness, priority: int, label: str = "", **options: object) -> str:
+async def put(conf: Harness, priority: int, label: str = "", **options: object) -> JobId:
     sent = await conf.producer.enqueue_raw(
         conf.queue.name,
         (label or str(priority)).encode(),
