@@ -48,12 +48,16 @@ end
 
 -- lane_left(p, g): a job of group g left `active`: count it out of gactive (the field goes at 0,
 -- as EchoMQ's does) and ring the lane if that made it serviceable. Returns 1 when the lane joined
--- the ring now (a parked worker may take its next job), else 0.
+-- the ring now (a parked worker may take its next job), else 0. Only the step from at its limit to
+-- below it can change whether the lane is served, so only that step pays lane_ring (whose LPOS
+-- walks the ring: with a thousand lanes, the bulk of a settle's cost otherwise).
 local function lane_left(p, g)
-  if redis.call('HINCRBY', p .. 'gactive', g, -1) <= 0 then
+  local active = redis.call('HINCRBY', p .. 'gactive', g, -1)
+  if active <= 0 then
     redis.call('HDEL', p .. 'gactive', g)
   end
-  if lane_ring(p, g) == 2 then
+  local limit = tonumber(redis.call('HGET', p .. 'glimit', g))
+  if limit and active < limit and active + 1 >= limit and lane_ring(p, g) == 2 then
     return 1
   end
   return 0
