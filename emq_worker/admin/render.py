@@ -14,6 +14,7 @@ from emq_worker.admin.dead import DeadJob
 from emq_worker.admin.flows import flow_lines
 from emq_worker.admin.lookup import CompletedJob
 from emq_worker.admin.verbs import COUNT_FIELDS, PAYLOAD_SHOWN, Discovery, Inspection, QueueStats
+from emq_worker.protocol.lanes import LANES_SCAN, LanesView
 from emq_worker.protocol.names import Field
 from emq_worker.server.scan import SCAN_COUNT
 
@@ -43,6 +44,7 @@ def render_stats(stats: Sequence[QueueStats], discovery: Discovery | None) -> st
     ]
     lines = [table(["queue", "paused", *COUNT_FIELDS], rows)] if rows else []
     lines += [f"{s.queue}: cannot read its counts: {s.error}" for s in stats if s.error]
+    lines += [lanes_summary(s.queue, s.lanes) for s in stats if s.lanes.groups]
     lines = lines or ["no queues found"]
     if discovery is not None and not discovery.complete:
         lines.append(
@@ -50,6 +52,34 @@ def render_stats(stats: Sequence[QueueStats], discovery: Discovery | None) -> st
             f"{SCAN_COUNT}; there may be more queues: name them with --queue)"
         )
     return "\n".join(lines)
+
+
+def render_lanes(queue: str, view: LanesView) -> str:
+    """A queue's deepest lanes as a table, then the totals."""
+    if not view.groups:
+        return f"queue {queue!r} has no lanes (no job was enqueued with a group)"
+    rows = [
+        [
+            escape(lane.group),
+            lane.waiting,
+            lane.active,
+            lane.limit or "-",
+            "yes" if lane.paused else "no",
+        ]
+        for lane in view.deepest
+    ]
+    lines = [table(["group", "waiting", "active", "limit", "paused"], rows)]
+    lines.append(lanes_summary(queue, view))
+    return "\n".join(lines)
+
+
+def lanes_summary(queue: str, view: LanesView) -> str:
+    """One line: how many lanes, how many serviceable, how many jobs wait in them."""
+    more = "" if view.complete else f" (the first {LANES_SCAN} names of each key read)"
+    return (
+        f"{queue}: {view.groups} lanes{more}, {view.serviceable} in rotation, "
+        f"{view.waiting} jobs waiting in lanes"
+    )
 
 
 def _when(ms: int, now_ms: int) -> str:

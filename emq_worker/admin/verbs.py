@@ -18,6 +18,7 @@ from emq_worker.admin.flows import FlowView, flow_view
 from emq_worker.errors import EmqError, LockedError
 from emq_worker.jobs.writes import read_log
 from emq_worker.protocol.keys import QueueKeys, validate_queue_name
+from emq_worker.protocol.lanes import NO_LANES, LanesView, read_lanes
 from emq_worker.protocol.names import Field, JobId, JobState
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
@@ -119,12 +120,15 @@ class QueueStats:
     counts: Counts
     error: str = ""
     """Why the counts could not be read (a key of the wrong type); the counts are then 0."""
+    lanes: LanesView = NO_LANES
+    """The queue's fair lanes (jobs enqueued with a group wait there, not in pending)."""
 
     def as_dict(self) -> dict[str, Any]:
         values = {name: getattr(self.counts, name) for name in COUNT_FIELDS}
         values["failed"] = self.counts.failed  # the old name of dead_lettered, for scripts
         error = {"error": self.error} if self.error else {}
-        return {"queue": self.queue, "paused": self.paused, **values, **error}
+        lanes = {"lanes": self.lanes.as_dict()} if self.lanes.groups else {}
+        return {"queue": self.queue, "paused": self.paused, **values, **error, **lanes}
 
 
 async def queue_stats(queue: Queue) -> QueueStats:
@@ -133,13 +137,14 @@ async def queue_stats(queue: Queue) -> QueueStats:
     try:
         counts = await queue.counts()
         paused = bool(await queue.client.hexists(queue.keys.meta, "paused"))
+        lanes = await read_lanes(queue)
     except ResponseError as exc:
         # redis-py wraps a pipeline's error in "Command # n (...) of pipeline caused error":
         # lead with the error's own code, which is what an operator searches for.
         reason = str(exc)
         code = next((c for c in ("WRONGTYPE", "NOPERM") if c in reason), "ERR")
         return QueueStats(queue.name, False, NO_COUNTS, error=f"{code}: {reason}")
-    return QueueStats(queue.name, paused, counts)
+    return QueueStats(queue.name, paused, counts, lanes=lanes)
 
 
 async def stats(

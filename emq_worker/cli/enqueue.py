@@ -20,10 +20,11 @@ from emq_worker.cli.options import (
     redis_url_option,
     wire_version_option,
 )
-from emq_worker.errors import EmqError, PayloadError, UnknownTaskError
+from emq_worker.errors import ConfigError, EmqError, PayloadError, UnknownTaskError
 from emq_worker.jobs.producer import Enqueued, Producer
 from emq_worker.jobs.tasks import load_app
 from emq_worker.protocol.ids import DEFAULT_NODE_ID
+from emq_worker.protocol.lanes import PRIORITY_MAX, PRIORITY_MIN, validate_group
 from emq_worker.server.failures import fatal
 from emq_worker.server.reach import ServerUnreachableError, explain
 
@@ -31,6 +32,16 @@ from emq_worker.server.reach import ServerUnreachableError, explain
 def optional_job_id(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     """A branded id, checked before anything connects (a usage error, exit 2)."""
     return None if value is None else job_ids_callback(ctx, param, value)
+
+
+def group_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """A lane's name, checked before anything connects (a usage error, exit 2)."""
+    if value is None:
+        return None
+    try:
+        return validate_group(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from exc
 
 
 def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]) -> None:
@@ -117,6 +128,20 @@ def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]
     help="Keep this job's return value this long (0: keep none).",
 )
 @click.option(
+    "--group",
+    default=None,
+    callback=group_callback,
+    help="The fair lane to wait in (e.g. a tenant): lanes are served in turn, each within its "
+    "limit (emq-worker lanes limit).",
+)
+@click.option(
+    "--priority",
+    type=click.IntRange(min=PRIORITY_MIN, max=PRIORITY_MAX),
+    default=0,
+    show_default=True,
+    help="Lower is claimed first (within its lane, or among jobs without a group).",
+)
+@click.option(
     "--node-id",
     type=int,
     show_envvar=True,
@@ -141,6 +166,8 @@ def enqueue(
     max_attempts: int | None,
     timeout_ms: int | None,
     result_ttl_ms: int | None,
+    group: str | None,
+    priority: int,
     node_id: int,
 ) -> None:
     """Enqueue TASK with KWARGS (a JSON object) and print the job id ("<id> (duplicate)" when
@@ -171,6 +198,8 @@ def enqueue(
                 max_attempts=max_attempts,
                 timeout_ms=timeout_ms,
                 result_ttl_ms=result_ttl_ms,
+                group=group,
+                priority=priority,
             )
             return result
 

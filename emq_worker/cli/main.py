@@ -17,6 +17,7 @@ from emq_worker.cli.demo.command import demo as demo_command
 from emq_worker.cli.dev import dev as dev_command
 from emq_worker.cli.enqueue import enqueue as enqueue_command
 from emq_worker.cli.health import health as health_command
+from emq_worker.cli.lanes import lanes_group
 from emq_worker.cli.options import (
     app_dir_option,
     failure_message,
@@ -291,6 +292,7 @@ main.add_command(health_command)
 main.add_command(demo_command)
 main.add_command(dev_command)
 main.add_command(dashboard_command)  # imports Starlette only when it runs
+main.add_command(lanes_group)
 
 
 # --- admin: the verbs operators reach for (logic in emq_worker.admin.verbs) ----------------------

@@ -92,6 +92,8 @@ class TaskHandle(Generic[P, R]):
         backoff: Backoff | None = None,
         timeout_ms: int | None = None,
         result_ttl_ms: int | None = None,
+        group: str | None = None,
+        priority: int | None = None,
     ) -> Self:
         """A copy of this handle whose enqueues carry these options (see `Producer.enqueue`);
         `queue` replaces the task's default queue (`@app.task(queue=...)`)."""
@@ -105,6 +107,8 @@ class TaskHandle(Generic[P, R]):
             backoff=backoff,
             timeout_ms=timeout_ms,
             result_ttl_ms=result_ttl_ms,
+            group=group,
+            priority=priority,
         )
         options = self.options | {key: value for key, value in given.items() if value is not None}
         return type(self)(self.name, self.fn, queue or self.queue, options)

@@ -31,6 +31,7 @@ from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, registe
 from emq_worker.jobs.resend import send_enqueue
 from emq_worker.jobs.results import wait_result
 from emq_worker.protocol.ids import DEFAULT_NODE_ID, SnowflakeMinter, job_id
+from emq_worker.protocol.lanes import validate_group, validate_priority
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
 from emq_worker.protocol.payload_limits import check_payload_size
 from emq_worker.protocol.queue import Queue
@@ -63,6 +64,12 @@ class JobSpec:
     dedup_ttl_ms: int | None = None
     """Release the dedup key after this long even if the job still lives (None: when the
     completion window after the job completed ends, or at removal)."""
+    group: str | None = None
+    """The fair lane to wait in (e.g. a tenant): lanes are served in turn, each within its
+    concurrency limit; `[A-Za-z0-9._-]{1,128}`. None: the queue's common pending set."""
+    priority: int = 0
+    """Lower is claimed first (within its lane, or among ungrouped jobs); mint order within a
+    priority. From -1 000 000 to 1 000 000; 0 by default."""
 
 
 class Enqueued(NamedTuple):
@@ -148,6 +155,8 @@ class Producer:
         backoff: Backoff | None = None,
         timeout_ms: int | None = None,
         result_ttl_ms: int | None = None,
+        group: str | None = None,
+        priority: int = 0,
     ) -> Enqueued:
         """Enqueue `task(**kwargs)` on `queue`, now or later (server clock for delay_ms).
 
@@ -155,6 +164,8 @@ class Producer:
         the completion window (else the result is a duplicate naming that job).
         `max_attempts`, `backoff`, `timeout_ms` and `result_ttl_ms` override the task's own
         for this job (`result_ttl_ms=0` stores no result).
+        `group`: the fair lane it waits in (docs/guide/lanes.md); `priority`: lower is claimed
+        first (docs/guide/priorities.md).
         """
         options = None
         if (
@@ -178,6 +189,8 @@ class Producer:
             options=options,
             dedup_id=dedup_id,
             dedup_ttl_ms=dedup_ttl_ms,
+            group=group,
+            priority=priority,
         )
         return (await self.enqueue_many(queue, [spec]))[0]
 
@@ -191,6 +204,8 @@ class Producer:
         job_id: str | None = None,
         dedup_id: str | None = None,
         dedup_ttl_ms: int | None = None,
+        group: str | None = None,
+        priority: int = 0,
     ) -> Enqueued:
         """Enqueue opaque bytes, for a queue bound to a raw handler or a non-Python consumer."""
         spec = JobSpec(
@@ -200,6 +215,8 @@ class Producer:
             job_id=job_id,
             dedup_id=dedup_id,
             dedup_ttl_ms=dedup_ttl_ms,
+            group=group,
+            priority=priority,
         )
         return (await self.enqueue_many(queue, [spec]))[0]
 
@@ -283,12 +300,14 @@ class Producer:
             mode, ms = _when(spec.delay_ms, spec.run_at)
         chosen = spec.job_id is not None
         new_id = job_id(spec.job_id) if spec.job_id is not None else next(minted)
+        group = None if spec.group is None else validate_group(spec.group)
+        priority = validate_priority(spec.priority)
         if spec.dedup_id is None:
             if spec.dedup_ttl_ms is not None:
                 raise ConfigError("dedup_ttl_ms needs a dedup_id")
-            return NewJob(new_id, payload, mode, ms, chosen=chosen)
+            return NewJob(new_id, payload, mode, ms, chosen=chosen, group=group, priority=priority)
         did, ttl = _dedup(spec.dedup_id, spec.dedup_ttl_ms)
-        return NewJob(new_id, payload, mode, ms, did, ttl, chosen)
+        return NewJob(new_id, payload, mode, ms, did, ttl, chosen, group, priority)
 
     async def result(self, job_id: str, *, queue: str, timeout: float = 30.0) -> Any:  # noqa: ASYNC109
         """Wait up to `timeout` seconds for the return value of a job whose task (or enqueue)

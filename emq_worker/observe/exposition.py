@@ -18,6 +18,7 @@ from emq_worker.observe.clock import Clock
 from emq_worker.observe.looplag import LoopLag
 from emq_worker.observe.metrics import DURATION_BUCKETS, Counters
 from emq_worker.observe.sdnotify import Notifier
+from emq_worker.protocol.lanes import LanesView
 from emq_worker.protocol.values import Counts
 
 DURATION_LE = (*(repr(float(bound)) for bound in DURATION_BUCKETS), "+Inf")
@@ -66,6 +67,7 @@ class WorkerCollector(Collector):
         self.book = book
         self.beat = beat
         self.depths: dict[str, Counts] = {}
+        self.lanes: dict[str, LanesView] = {}
         self.loop_lag: LoopLag | None = None
 
     def collect(self) -> Iterable[Metric]:
@@ -146,6 +148,36 @@ class WorkerCollector(Collector):
                 for state in ("pending", "active", "scheduled", "dead"):
                     depth.add_metric([name, state], getattr(counts, state))
             yield depth
+        if any(view.groups for view in self.lanes.values()):
+            yield from _lane_metrics(self.lanes)
+
+
+def _lane_metrics(lanes: dict[str, LanesView]) -> Iterable[Metric]:
+    """Per queue with lanes: totals, and the deepest lanes (LANES_SHOWN at most: the number of
+    series stays bounded however many groups a queue has)."""
+    count = GaugeMetricFamily("emq_lanes", "Fair lanes (groups) found per queue.", labels=["queue"])
+    waiting = GaugeMetricFamily(
+        "emq_lanes_waiting", "Jobs waiting in a queue's lanes, every group.", labels=["queue"]
+    )
+    depth = GaugeMetricFamily(
+        "emq_lane_depth",
+        "Jobs waiting in each of a queue's deepest lanes (at most 10 per queue).",
+        labels=["queue", "group"],
+    )
+    active = GaugeMetricFamily(
+        "emq_lane_active",
+        "Jobs leased now of each of a queue's deepest lanes (at most 10 per queue).",
+        labels=["queue", "group"],
+    )
+    for name, view in lanes.items():
+        if not view.groups:
+            continue
+        count.add_metric([name], view.groups)
+        waiting.add_metric([name], view.waiting)
+        for lane in view.deepest:
+            depth.add_metric([name, lane.group], lane.waiting)
+            active.add_metric([name, lane.group], lane.active)
+    yield from (count, waiting, depth, active)
 
 
 def _loop_lag_metrics(monitor: LoopLag) -> Iterable[Metric]:

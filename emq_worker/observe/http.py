@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from emq_worker.errors import ConfigError
 from emq_worker.observe.exposition import WorkerCollector
 from emq_worker.observe.log import get_logger
+from emq_worker.protocol.lanes import LanesView, read_lanes
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.values import Counts
 
@@ -133,12 +134,15 @@ class HttpEndpoint:
 
     async def metrics(self) -> bytes:
         depths: dict[str, Counts] = {}
+        lanes: dict[str, LanesView] = {}
         try:
             for name, queue in self.queues.items():
                 depths[name] = await queue.counts()
+                lanes[name] = await read_lanes(queue)
         except RedisError as exc:
             self.log.warning("metrics_depth_failed", error=str(exc))
         self.collector.depths = depths
+        self.collector.lanes = lanes
         return generate_latest(self.registry)
 
     def health(self) -> str | None:

@@ -102,6 +102,10 @@ class QueueKeys:
         """The history bucket of the hour starting at `start_ms` (unix ms, server clock)."""
         return f"{self.prefix}history:h:{start_ms}"
 
+    def lane(self, group: str) -> str:
+        """A fair lane: the jobs of `group` waiting their turn (EchoMQ's `g:<group>:pending`)."""
+        return f"{self.prefix}g:{group}:pending"
+
     def handoff(self, offer_nonce: str) -> str:
         """The list a parked worker's BLPOP waits on for the jobs handed to its offer."""
         return f"{self.prefix}handoff:{offer_nonce}"

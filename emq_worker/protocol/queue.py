@@ -70,13 +70,16 @@ class Queue:
             return []
         dedup: list[ArgValue] = []
         chosen: list[ArgValue] = []
+        placed: list[ArgValue] = []
         for index, job in enumerate(jobs, start=1):
             if job.dedup_id is not None:
                 dedup += [index, job.dedup_id, job.dedup_ttl_ms]
             if job.chosen:
                 chosen.append(index)
+            if job.group is not None or job.priority:
+                placed += [index, job.group or "", job.priority]
         args: list[ArgValue] = [self.keys.prefix, nonce or new_nonce(), ENQUEUE_MEMO_MS]
-        args += [len(dedup) // 3, len(chosen), *dedup, *chosen]
+        args += [len(dedup) // 3, len(chosen), len(placed) // 3, *dedup, *chosen, *placed]
         for job in jobs:
             args += [job.id, job.payload, job.mode, job.ms]
         reply = await self.scripts.call(
@@ -321,19 +324,22 @@ class Queue:
         }
 
     async def state_of(self, job_id: JobId) -> str:
-        """Where the job is: pending, active, scheduled, dead, awaiting_children (a flow parent,
-        in no set), unknown (a row in no set) or absent."""
+        """Where the job is: pending (in pending, or its group's lane), active, scheduled, dead,
+        awaiting_children (a flow parent, in no set), unknown (a row in no set) or absent."""
         k = self.keys
         async with self.client.pipeline(transaction=False) as pipe:
             for key in (k.pending, k.active, k.schedule, k.dead):
                 pipe.zscore(key, job_id)
             pipe.hget(k.job(job_id), "state")
             pipe.exists(k.job(job_id))
-            *scores, row_state, exists = await pipe.execute()
+            pipe.hget(k.job(job_id), "group")
+            *scores, row_state, exists, group = await pipe.execute()
         states = (JobState.PENDING, JobState.ACTIVE, JobState.SCHEDULED, JobState.DEAD)
         for state, score in zip(states, scores, strict=True):
             if score is not None:
                 return str(state)
         if row_state == JobState.AWAITING_CHILDREN.encode():
             return str(JobState.AWAITING_CHILDREN)
+        if group is not None and await self.client.zscore(k.lane(text(group)), job_id) is not None:
+            return str(JobState.PENDING)
         return "unknown" if exists else "absent"

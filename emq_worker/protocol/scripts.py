@@ -63,6 +63,10 @@ VERBS: Final = (
     "flow",
     "flow_deliver",
     "flow_ack",
+    "lane_pause",
+    "lane_resume",
+    "lane_limit",
+    "lanes",
 )
 """Every verb with a script, `lua/<verb>.lua`; each is built and loaded at start-up."""
 

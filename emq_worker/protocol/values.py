@@ -35,6 +35,10 @@ class NewJob(NamedTuple):
     chosen: bool = False
     """The caller chose `id`: its completion leaves a tombstone, so the id stays a duplicate for
     the worker's completion window (`idem:<id>`). Minted ids leave none."""
+    group: str | None = None
+    """The fair lane the job waits in (`g:<group>:pending`); None: the queue's pending set."""
+    priority: int = 0
+    """Its score where it waits: lower is claimed first; 0, the default, writes no field."""
 
 
 class HeldLease(NamedTuple):

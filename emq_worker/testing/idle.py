@@ -73,15 +73,17 @@ async def run_until_idle(
 
 async def _until_idle(queue: Queue, forward: bool) -> None:
     """Poll the queue's sets, read in one transaction (a job moving between two of them is in
-    exactly one), until all three are empty. The worker's burst mode is not used: its idle
-    check does not see a job another client promotes while it looks."""
+    exactly one), until all three are empty and no lane is in rotation (the ring lists every
+    lane with a job a claim could take). The worker's burst mode is not used: its idle check
+    does not see a job another client promotes while it looks."""
     keys = queue.keys
     while True:
         async with queue.client.pipeline(transaction=True) as pipe:
             for key in (keys.pending, keys.active, keys.schedule):
                 pipe.zcard(key)
-            pending, held, scheduled = await pipe.execute()
-        if pending + held + scheduled == 0:
+            pipe.llen(keys.prefix + "ring")
+            pending, held, scheduled, lanes = await pipe.execute()
+        if pending + held + scheduled + lanes == 0:
             return
         if scheduled and forward:
             await fast_forward(queue)

@@ -22,10 +22,11 @@ from typing import Any
 import anyio
 
 from emq_worker.observe import log
-from tests.chaos import recovery, resend, rows
+from tests.chaos import lanes, recovery, resend, rows
 from tests.chaos.test_connections import HELD_CI, KILL_CI, LOST_CI
 from tests.chaos.test_enqueue_resend import RESEND_CI
 from tests.chaos.test_kill_recovery import CI_SIZE as RECOVERY_CI
+from tests.chaos.test_lanes_kill import CI_SIZE as LANES_CI
 from tests.chaos.test_partitions import LATENCY_CI, LONG_CI, SHORT_CI
 from tests.chaos.test_poison import BYSTANDERS_CI
 from tests.chaos.test_poison import CI_SIZE as POISON_CI
@@ -64,6 +65,11 @@ SPECS: dict[str, Spec] = {
     "shortcut": Spec(rows.short_partitions, SHORT_CI, rows.PartitionSize(rounds=5, lease_ms=3_000)),
     "longcut": Spec(rows.long_partitions, LONG_CI, rows.PartitionSize(rounds=5)),
     "latency": Spec(rows.slow_network, LATENCY_CI, rows.LatencySize()),
+    "lanes": Spec(
+        lanes.lanes_kill,
+        LANES_CI,
+        lanes.LanesKillSize(deep_jobs=10_000, small_groups=40, small_jobs=50, kills=20),
+    ),
 }
 
 COLUMNS = (

@@ -81,6 +81,7 @@
 --- @include now_ms
 --- @include events
 --- @include handoff
+--- @include lanes_claim
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local offer_nonce, offer_ms, withdraw = ARGV[5] or '', tonumber(ARGV[6]) or 0, ARGV[7] == '1'
 local room = tonumber(ARGV[8]) or 1
@@ -209,6 +210,13 @@ local function stand_ready(leased)
     reply[1] = 'offered'
   end
 end
+-- Fair lanes (includes/lanes_claim.lua): grouped jobs take their turns first, only while the
+-- ring holds a lane (one LLEN otherwise); the rest of count is the ungrouped jobs' share.
+local lanes_leased, lanes_used = 0, 0
+if count > 0 and redis.call('LLEN', p .. 'ring') > 0 then
+  lanes_leased, lanes_used = claim_lanes(p, KEYS[1], count, nonce, lease, claimed, reply)
+  count = count - lanes_used
+end
 local ready = {}
 local extra = 0
 if suspects then
@@ -217,7 +225,7 @@ end
 if count > 0 then
   ready = redis.call('ZRANGE', KEYS[1], 0, count + extra - 1)
 end
-if #ready == 0 then
+if #ready == 0 and lanes_used == 0 then
   if count > 0 then
     stand_ready(0)
   end
@@ -301,7 +309,7 @@ for i = 1, #ready do
   end
 end
 -- One ZADD per 500 jobs rather than per job (unpack() has a stack limit of a few thousand values).
-for first = taken_over + 1, #claimed, 500 do
+for first = taken_over + lanes_leased + 1, #claimed, 500 do -- lanes_claim scored its own
   local scored = {}
   for i = first, math.min(first + 499, #claimed) do
     scored[#scored + 1] = deadline

@@ -15,6 +15,7 @@
 --           lost: it replies the memo again and writes nothing, however the jobs fared since.
 -- ARGV[4] = d, the number of dedup triples that follow (0 on the common path)
 -- ARGV[5] = c, the number of chosen-id indices that follow the triples (0 on the common path)
+-- ARGV[6] = o, the number of lane triples that follow the chosen indices (0 on the common path)
 -- ARGV[6..] = d triples: job index (1-based, in the job list below), did, ttl_ms (0: none
 --             given). The job is enqueued only if p.."de:"..did is free: absent, or naming a job
 --             whose row is gone and which did not complete within the window (no
@@ -28,6 +29,12 @@
 --           completed_ttl_ms); enqueued, it sets idem:<id> = "live" PX DEDUP_HOLD_MS past its
 --           due time, so its completion leaves that tombstone. The row itself keeps its three
 --           fields (EchoMQ's conformance requires them).
+-- then    = o triples: job index (1-based), group ('' for none), priority (an integer; 0 for
+--           none). A group's job waits in its lane p.."g:"..group..":pending" (includes/lanes.lua)
+--           instead of pending, the lane joining the ring when it can be served, and is never
+--           handed off; a priority is its score there or in pending (lower claims first). The row
+--           gets `group` and/or `priority` (EchoMQ's grouped row has `group`); a job with neither
+--           keeps its three fields.
 -- then    = one quadruple per job: id, payload, mode ("now" | "in" | "at"), ms
 --             ("in": ms from now on the server clock; "at": absolute unix ms; "now": ignored)
 --
@@ -49,6 +56,7 @@
 --- @include now_ms
 --- @include fence
 --- @include events
+--- @include lanes
 -- How long a dedup key given no TTL, and a chosen id's live marker, outlive the job's due time
 -- (30 days): far beyond a job's life in a served queue, and the bound on a key that another
 -- client's obliterate (which deletes by known names) leaves behind.
@@ -66,9 +74,10 @@ if memo_ms > 0 then
     return again
   end
 end
-local dedup_from = 6
+local dedup_from = 7
 local chosen_from = dedup_from + 3 * tonumber(ARGV[4])
-local jobs_from = chosen_from + tonumber(ARGV[5])
+local lanes_from = chosen_from + tonumber(ARGV[5])
+local jobs_from = lanes_from + 3 * tonumber(ARGV[6])
 local now_jobs = 0 -- jobs enqueued "now": each may take an offer
 for i = jobs_from, #ARGV, 4 do
   if string.sub(ARGV[i], 1, 3) ~= 'JOB' then
@@ -82,8 +91,12 @@ local dedup, chosen = {}, {}
 for i = dedup_from, chosen_from - 1, 3 do
   dedup[tonumber(ARGV[i])] = i
 end
-for i = chosen_from, jobs_from - 1 do
+for i = chosen_from, lanes_from - 1 do
   chosen[tonumber(ARGV[i])] = true
+end
+local placed = {} -- job index -> {group or false, priority}
+for i = lanes_from, jobs_from - 1, 3 do
+  placed[tonumber(ARGV[i])] = {ARGV[i + 1] ~= '' and ARGV[i + 1], tonumber(ARGV[i + 2]) or 0}
 end
 -- True when the caller-chosen id `id` completed within the window (settle's tombstone).
 local function completed(id)
@@ -98,14 +111,22 @@ local function parked(did)
   end
   return nil
 end
--- The row's fields: the three every job has, then the dedup id that completion and remove read.
-local function row_fields(state, attempts, payload, did)
+-- The row's fields: the three every job has, then the dedup id that completion and remove read,
+-- the group and the priority (only for a job that has them).
+local function row_fields(state, attempts, payload, did, place)
+  local fields = {'state', state, 'attempts', attempts, 'payload', payload}
   if did then
-    return {'state', state, 'attempts', attempts, 'payload', payload, 'dedup', did}
+    fields[#fields + 1], fields[#fields + 2] = 'dedup', did
   end
-  return {'state', state, 'attempts', attempts, 'payload', payload}
+  if place and place[1] then
+    fields[#fields + 1], fields[#fields + 2] = 'group', place[1]
+  end
+  if place and place[2] ~= 0 then
+    fields[#fields + 1], fields[#fields + 2] = 'priority', place[2]
+  end
+  return fields
 end
-local replies, ready, enqueued = {}, {}, 0
+local replies, ready, enqueued, laned = {}, {}, 0, 0
 local now = nil
 local scheduled = 0
 -- The live offers, newest first, at most one per job enqueued now (none when nothing waits for
@@ -127,7 +148,7 @@ end
 take_offers()
 local handed = 0
 -- Lease the new job `id` to the next offer, if one is left; false when none is.
-local function hand_off(id, payload, did)
+local function hand_off(id, payload, did, place)
   while handed < #offers do
     handed = handed + 1
     local offer = offers[handed]
@@ -136,7 +157,7 @@ local function hand_off(id, payload, did)
     if nonce and not string.find(id, ':', 1, true) then
       lease = tonumber(lease)
       local row = p .. 'job:' .. id
-      redis.call('HSET', row, unpack(row_fields('active', '1', payload, did)))
+      redis.call('HSET', row, unpack(row_fields('active', '1', payload, did, place)))
       redis.call('SET', row .. ':lock', '1:' .. nonce, 'PX', 2 * lease)
       redis.call('ZADD', KEYS[5], now + lease, id)
       local box = p .. 'handoff:' .. nonce
@@ -185,10 +206,15 @@ for i = jobs_from, #ARGV, 4 do
         redis.call('SET', p .. 'idem:' .. id, 'live', 'PX', hold)
       end
       -- A job leased to a parked worker has its row written already: no pending entry, no wake.
-      if not (mode == 'now' and hand_off(id, payload, did)) then
-        redis.call('HSET', row, unpack(row_fields(state, '0', payload, did)))
-        if mode == 'now' then
-          ready[#ready + 1] = 0
+      -- A grouped job is never handed off: it waits its lane's turn.
+      local place = placed[index]
+      local group = place and place[1]
+      if not (mode == 'now' and not group and hand_off(id, payload, did, place)) then
+        redis.call('HSET', row, unpack(row_fields(state, '0', payload, did, place)))
+        if mode == 'now' and group then
+          laned = laned + lane_ready(p, group, id, place[2])
+        elseif mode == 'now' then
+          ready[#ready + 1] = place and place[2] or 0
           ready[#ready + 1] = id
         else
           redis.call('ZADD', KEYS[2], at, id)
@@ -206,7 +232,7 @@ for first = 1, #ready, 1000 do
 end
 -- Ready jobs wake one parked worker each; scheduled ones wake one worker in all, which then
 -- learns the new earliest due time (and parks until exactly then rather than a whole beat).
-wake(KEYS[3], #ready / 2 + math.min(scheduled, 1))
+wake(KEYS[3], #ready / 2 + laned + math.min(scheduled, 1))
 -- The memo, only when this call wrote something: a re-send of a call that wrote nothing is a
 -- fresh call, and answers as the first did (or enqueues what has since become free).
 if memo_ms > 0 and enqueued > 0 then

@@ -14,9 +14,12 @@
 --                    empty outbox costs the beat nothing more)
 -- A due member whose row is not scheduled (EchoMQ's delay after a reap left it in pending too,
 -- and a worker claimed it there: D8) is only ZREMed: not counted, not moved.
+-- A job goes to pending scored by its priority (the row's `priority`; 0 when absent), a grouped
+-- one to its group's lane (includes/lanes.lua), which joins the ring when it can be served.
 --- @include now_ms
 --- @include fence
 --- @include strays
+--- @include lanes
 local p, batch = ARGV[1], tonumber(ARGV[2])
 local now = now_ms()
 local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
@@ -25,8 +28,10 @@ local promoted, phantoms = 0, 0
 for _, id in ipairs(due) do
   redis.call('ZREM', KEYS[1], id)
   local row = p .. 'job:' .. id
-  if redis.call('EXISTS', row) == 1 then
-    redis.call('ZADD', KEYS[2], 0, id)
+  -- One HMGET in place of EXISTS: attempts is on every row (EXISTS only for one without it).
+  local kept = redis.call('HMGET', row, 'attempts', 'group', 'priority')
+  if kept[1] or redis.call('EXISTS', row) == 1 then
+    make_ready(p, KEYS[2], id, kept[2], kept[3], false)
     redis.call('HSET', row, 'state', 'pending')
     promoted = promoted + 1
   else

@@ -19,7 +19,9 @@
 --           to dead with last_error "lease expired ..." instead of cycling forever (EchoMQ's D2)
 --
 -- A member whose row is not active (EchoMQ's renew put it back: D1) is only ZREMed: not counted,
--- not moved, not listed.
+-- not moved, not listed. A job returned goes to pending at its priority (the row's `priority`;
+-- 0 when absent); a grouped one goes back to its group's lane, and gactive counts it out whether
+-- it is returned or dead-lettered (includes/lanes.lua), so its lane joins the ring again.
 -- Reply: {returned, dead_lettered, phantoms, more, id1, outcome1, id2, outcome2, ...}; more = 1
 --        when the batch was full and another call may find more; outcome is 'pending' or 'dead'
 --        for each job reaped (phantoms are not listed). Each reaped job loses its lock subkey;
@@ -33,6 +35,7 @@
 --- @include events
 --- @include strays
 --- @include flows
+--- @include lanes
 -- Our scripts remove a suspect whenever its job leaves; a member another client's settle or
 -- obliterate left behind goes with the set a day after the last suspect was added.
 local SUSPECTS_TTL_MS = 86400000
@@ -41,12 +44,12 @@ local now = now_ms()
 local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
 local expired = in_state(p, KEYS[1], found, 'active') -- strays are dropped, uncounted
 local listeners = #expired > 0 and listening(p)
-local returned, dead, phantoms, released = 0, 0, 0, 0
+local returned, dead, phantoms, released, rung = 0, 0, 0, 0, 0
 local reaped = {}
 for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[1], id)
   local row = p .. 'job:' .. id
-  local fields = redis.call('HMGET', row, 'attempts', 'attempts_base')
+  local fields = redis.call('HMGET', row, 'attempts', 'attempts_base', 'group', 'priority')
   if not fields[1] then
     phantoms = phantoms + 1
     redis.call('SREM', KEYS[6], id)
@@ -56,6 +59,9 @@ for _, id in ipairs(expired) do
     redis.call('HSET', row, 'state', 'dead', 'last_error', reason)
     redis.call('HINCRBY', KEYS[4], 'count', 1)
     redis.call('SREM', KEYS[6], id)
+    if fields[3] then
+      rung = rung + lane_left(p, fields[3])
+    end
     dead = dead + 1
     released = released + flow_failed(p, row, id, reason)
     if listeners then
@@ -64,7 +70,7 @@ for _, id in ipairs(expired) do
     reaped[#reaped + 1] = id
     reaped[#reaped + 1] = 'dead'
   else
-    redis.call('ZADD', KEYS[2], 0, id)
+    make_ready(p, KEYS[2], id, fields[3], fields[4], true)
     redis.call('HSET', row, 'state', 'pending', 'reaped_at', now)
     local reaps = redis.call('HINCRBY', row, 'reaps', 1)
     if reaps >= 2 or tonumber(fields[1]) - tonumber(fields[2] or '0') + 1 >= max then
@@ -80,7 +86,7 @@ for _, id in ipairs(expired) do
   end
   redis.call('DEL', row .. ':lock')
 end
-wake(KEYS[5], returned + released)
+wake(KEYS[5], returned + released + rung)
 local more = 0
 if #found == batch then
   more = 1

@@ -22,8 +22,13 @@
 -- Errors: EMQLOCK when a lock still holds the job (includes/holds.lua: a live :lock subkey, or
 --         the row's `lock` field while it can be live); EMQSTATE when ARGV[4] names a set the
 --         job is not in (nothing changed in either case).
+-- A grouped job (its row's `group`) waits in its group's lane, not pending: it leaves the lane
+-- (which leaves the ring once empty), "pending" means that lane for it, and an unheld job of
+-- it removed from active is counted out of gactive (EchoMQ's remove_job leaves the count up, so
+-- a lane at its limit would never be served again).
 --- @include holds
 --- @include flows
+--- @include lanes
 local p, id, did = ARGV[1], ARGV[2], ARGV[3]
 local row, idem = p .. 'job:' .. id, p .. 'idem:' .. id
 if redis.call('EXISTS', row) == 0 then
@@ -51,12 +56,19 @@ end
 if lock_hold(row, redis.call('HGET', row, 'state')) then
   return redis.error_reply('EMQLOCK job is locked: ' .. id)
 end
-local only = ({pending = KEYS[1], dead = KEYS[4]})[ARGV[4]]
+local group = redis.call('HGET', row, 'group')
+local only = ({pending = group and lane_key(p, group) or KEYS[1], dead = KEYS[4]})[ARGV[4]]
 if only and not redis.call('ZSCORE', only, id) then
   return redis.error_reply('EMQSTATE not ' .. ARGV[4] .. ': ' .. id)
 end
 for i = 1, 4 do
-  redis.call('ZREM', KEYS[i], id)
+  local left = redis.call('ZREM', KEYS[i], id)
+  if group and i == 2 and left == 1 then
+    lane_left(p, group)
+  end
+end
+if group and redis.call('ZREM', lane_key(p, group), id) == 1 then
+  lane_tidy(p, group)
 end
 if did == '' then
   did = redis.call('HGET', row, 'dedup') or ''

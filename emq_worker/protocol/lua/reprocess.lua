@@ -17,6 +17,7 @@
 -- retry budget counts from here (EchoMQ keeps attempts and dead-letters the next failure: D11).
 --- @include fence
 --- @include holds
+--- @include lanes
 local p, id = ARGV[1], ARGV[2]
 local row = p .. 'job:' .. id
 if redis.call('EXISTS', row) == 0 then
@@ -35,7 +36,8 @@ redis.call('DEL', row .. ':lock')
 redis.call('HDEL', row, 'last_error', 'reaps', 'lock')
 redis.call('HSET', row, 'state', 'pending',
   'attempts_base', redis.call('HGET', row, 'attempts') or '0')
-redis.call('ZADD', KEYS[2], 0, id)
+local kept = redis.call('HMGET', row, 'group', 'priority')
+make_ready(p, KEYS[2], id, kept[1], kept[2], false) -- its lane, or pending, at its priority
 redis.call('SREM', KEYS[4], id)
 wake(KEYS[3], 1)
 return 1

@@ -58,6 +58,7 @@
 --- @include fence
 --- @include events
 --- @include flows
+--- @include lanes
 local p, receipt_ms, completed_ttl, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local reply, completed, woken, scheduled, cleared = {}, 0, 0, 0, 0
 local now = nil
@@ -119,10 +120,13 @@ local function tombstone(id, did)
 end
 
 local function complete(id, token, nonce, value)
-  local row, refusal, did = settle_admit(p, id, token, nonce)
+  local row, refusal, did, group, left_active = settle_admit(p, id, token, nonce)
   if refusal then
     refuse(refusal, id, token)
     return false
+  end
+  if group then
+    woken = woken + lane_settled(p, group, left_active)
   end
   tombstone(id, did)
   woken = woken + flow_completed(p, row, id, value)
@@ -178,12 +182,13 @@ for i = plain_from, failures_from - 1, 3 do
 end
 for i = failures_from, #ARGV, 7 do
   local id, token, nonce = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local row, refusal = settle_admit(p, id, token, nonce)
+  local row, refusal, _, group, left_active = settle_admit(p, id, token, nonce)
   if refusal then
     refuse(refusal, id, token)
   else
     local delay, max = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
-    local base = tonumber(redis.call('HGET', row, 'attempts_base') or '0')
+    local kept = redis.call('HMGET', row, 'attempts_base', 'priority')
+    local base = tonumber(kept[1] or '0')
     local outcome
     if tonumber(token) - base >= max then
       outcome = 'dead'
@@ -196,14 +201,17 @@ for i = failures_from, #ARGV, 7 do
       redis.call('PEXPIRE', ready, receipt_ms)
       woken = woken + flow_failed(p, row, id, ARGV[i + 5])
     elseif delay <= 0 then
-      outcome = 'pending'
-      redis.call('ZADD', p .. 'pending', 0, id)
-      woken = woken + 1
+      outcome = 'pending' -- back to pending, or its group's lane, at its priority
+      woken = woken + make_ready(p, p .. 'pending', id, group, kept[2], left_active)
+      group = false
     else
       outcome = 'scheduled'
       now = now or now_ms()
       redis.call('ZADD', KEYS[2], now + delay, id)
       scheduled = 1
+    end
+    if group then -- dead or scheduled: out of its group's count (a lane may open)
+      woken = woken + lane_settled(p, group, left_active)
     end
     redis.call('HSET', row, 'state', outcome, 'last_error', ARGV[i + 5])
     record_failure(row, token, ARGV[i + 5], ARGV[i + 6])

@@ -16,12 +16,14 @@
 -- attempt of the retry budget spent).
 --- @include fence
 --- @include handoff
+--- @include lanes
 local p = ARGV[1]
 local released = 0
 for _, job in ipairs(withdraw_offer(p, KEYS[1], KEYS[2], ARGV[2], ARGV[3])) do
   local id, row = job[1], job[4]
   redis.call('ZREM', KEYS[2], id)
-  redis.call('ZADD', KEYS[3], 0, id)
+  local kept = redis.call('HMGET', row, 'group', 'priority') -- a hand-off is never grouped
+  make_ready(p, KEYS[3], id, kept[1], kept[2], true)
   redis.call('HSET', row, 'state', 'pending')
   redis.call('HINCRBY', row, 'attempts_base', 1)
   redis.call('DEL', row .. ':lock')

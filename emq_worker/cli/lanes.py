@@ -1,0 +1,126 @@
+"""`emq-worker lanes list|pause|resume|limit`: a queue's fair lanes (jobs enqueued with a group).
+
+Like the other admin commands, each runs on a fresh, version-fenced client; a bad group name or
+limit is a usage error naming it (exit 2).
+"""
+
+from __future__ import annotations
+
+import click
+from redis.asyncio import Redis
+
+from emq_worker.admin import render
+from emq_worker.cli.operator import admin_queue_option, dump_json, json_option, report, run_admin
+from emq_worker.cli.options import redis_url_option, wire_version_option
+from emq_worker.errors import ConfigError
+from emq_worker.protocol import lanes
+from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.scripts import Scripts
+
+
+def _group(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return lanes.validate_group(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from exc
+
+
+group_argument = click.argument("group", callback=_group)
+
+
+@click.group("lanes")
+def lanes_group() -> None:
+    """List a queue's fair lanes, or pause, resume or limit one group's lane (jobs enqueued with
+    --group / group=...)."""
+
+
+@lanes_group.command("list")
+@admin_queue_option
+@click.option(
+    "--top",
+    type=click.IntRange(min=1, max=1000),
+    default=lanes.LANES_SHOWN,
+    show_default=True,
+    help="How many lanes to list, deepest first.",
+)
+@json_option
+@redis_url_option
+@wire_version_option
+def lanes_list(queue: str, top: int, as_json: bool, redis_url: str, wire_version: str) -> None:
+    """The deepest lanes of QUEUE: jobs waiting, leased, the group's limit, paused."""
+
+    async def work(client: Redis, scripts: Scripts) -> lanes.LanesView:
+        return await lanes.read_lanes(Queue(client, scripts, queue), top=top)
+
+    view = run_admin(redis_url, wire_version, work)
+    if as_json:
+        dump_json({"queue": queue, **view.as_dict()})
+    else:
+        click.echo(render.render_lanes(queue, view))
+
+
+@lanes_group.command("pause")
+@admin_queue_option
+@group_argument
+@json_option
+@redis_url_option
+@wire_version_option
+def lanes_pause(queue: str, group: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+    """Take GROUP's lane out of rotation: its jobs wait, its running jobs run on."""
+
+    async def work(client: Redis, scripts: Scripts) -> bool:
+        return await lanes.pause_lane(Queue(client, scripts, queue), group)
+
+    now = run_admin(redis_url, wire_version, work)
+    text = f"paused lane {group!r} of queue {queue!r}" if now else f"lane {group!r} was paused"
+    report(as_json, text, {"queue": queue, "group": group, "paused": True, "was_paused": not now})
+
+
+@lanes_group.command("resume")
+@admin_queue_option
+@group_argument
+@json_option
+@redis_url_option
+@wire_version_option
+def lanes_resume(queue: str, group: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+    """Return GROUP's lane to rotation."""
+
+    async def work(client: Redis, scripts: Scripts) -> bool:
+        return await lanes.resume_lane(Queue(client, scripts, queue), group)
+
+    was = run_admin(redis_url, wire_version, work)
+    text = f"resumed lane {group!r} of queue {queue!r}" if was else f"lane {group!r} was not paused"
+    report(as_json, text, {"queue": queue, "group": group, "paused": False, "was_paused": was})
+
+
+@lanes_group.command("limit")
+@admin_queue_option
+@group_argument
+@click.argument("limit", type=click.IntRange(min=1), required=False)
+@click.option("--clear", is_flag=True, help="Lift GROUP's limit.")
+@json_option
+@redis_url_option
+@wire_version_option
+def lanes_limit(
+    queue: str,
+    group: str,
+    limit: int | None,
+    clear: bool,
+    as_json: bool,
+    redis_url: str,
+    wire_version: str,
+) -> None:
+    """At most LIMIT jobs of GROUP leased at once, across every worker (or --clear)."""
+    if (limit is not None) == clear:
+        raise click.UsageError("give LIMIT or --clear")
+
+    async def work(client: Redis, scripts: Scripts) -> None:
+        await lanes.limit_lane(Queue(client, scripts, queue), group, limit)
+
+    run_admin(redis_url, wire_version, work)
+    shown = "none" if limit is None else str(limit)
+    report(
+        as_json,
+        f"lane {group!r} of queue {queue!r}: limit {shown}",
+        {"queue": queue, "group": group, "limit": limit},
+    )
