@@ -191,6 +191,7 @@ class Worker:
             with anyio.move_on_after(settings.settle_timeout_ms / 1000):
                 await book.wait_settled()
             await self._release(parts.queues, book)
+            await parts.supervisor.runner.pool.close()
             await self._leave()
             background.cancel_scope.cancel()
 

@@ -25,6 +25,7 @@ from emq_worker.cli.options import (
     usage_error,
     wire_version_option,
 )
+from emq_worker.cli.processes import process_pool_option
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.jobs.tasks import load_app, with_raw_tasks
 from emq_worker.observe import log
@@ -215,6 +216,7 @@ def main() -> None:
     show_default=True,
     help="At start, retry a dropped, refused or timed-out connection this long before exiting 1.",
 )
+@process_pool_option
 @click.option(
     "--check",
     is_flag=True,
@@ -243,6 +245,7 @@ def run(
     handoff: bool,
     http: str | None,
     connect_wait_ms: int,
+    process_pool: int,
     check: bool,
 ) -> None:
     """Run the worker daemon on one or more queues."""
@@ -269,6 +272,7 @@ def run(
             handoff=handoff,
             http=http or None,
             connect_wait_ms=connect_wait_ms,
+            process_pool=process_pool,
         )
         app = with_raw_tasks(load_app(app_path, app_dir), raw_tasks, settings.queues)
     except ConfigError as exc:
