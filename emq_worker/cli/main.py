@@ -20,12 +20,19 @@ from emq_worker.cli.health import health as health_command
 from emq_worker.cli.options import (
     app_dir_option,
     failure_message,
+    log_format_option,
+    log_level_option,
     queue_names,
     redis_url_option,
     usage_error,
     wire_version_option,
 )
-from emq_worker.cli.processes import process_pool_option
+from emq_worker.cli.processes import (
+    join_fleet_if_child,
+    process_pool_option,
+    processes_option,
+    start_fleet,
+)
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.jobs.tasks import load_app, with_raw_tasks
 from emq_worker.observe import log
@@ -166,23 +173,8 @@ def main() -> None:
     "(its tombstone key; 0: only while the job lives).",
 )
 @wire_version_option
-@click.option(
-    "--log-format",
-    type=click.Choice(["auto", "json", "console"]),
-    show_envvar=True,
-    envvar="EMQ_LOG_FORMAT",
-    default="auto",
-    show_default=True,
-    help="auto: console on a TTY, JSON lines otherwise.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    show_envvar=True,
-    envvar="EMQ_LOG_LEVEL",
-    default="info",
-    show_default=True,
-)
+@log_format_option
+@log_level_option
 @click.option(
     "--burst",
     is_flag=True,
@@ -216,6 +208,7 @@ def main() -> None:
     show_default=True,
     help="At start, retry a dropped, refused or timed-out connection this long before exiting 1.",
 )
+@processes_option
 @process_pool_option
 @click.option(
     "--check",
@@ -245,6 +238,7 @@ def run(
     handoff: bool,
     http: str | None,
     connect_wait_ms: int,
+    processes: int,
     process_pool: int,
     check: bool,
 ) -> None:
@@ -280,8 +274,11 @@ def run(
     if check:
         sys.exit(run_check(settings, app))
     log.configure(log_format, log_level)
+    if processes > 1:
+        start_fleet(ctx, settings, processes)
+    parent_gone = join_fleet_if_child()
     try:
-        code = daemon.run(settings, app)
+        code = daemon.run(settings, app, parent_gone)
     except (EmqError, RedisError) as exc:
         message = failure_message(exc, settings.redis_url)
         log.get_logger().error("worker_failed", error=message)

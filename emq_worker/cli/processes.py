@@ -4,8 +4,21 @@ emq_worker/fleet) and `--process-pool` (the pool for `executor="process"` tasks)
 from __future__ import annotations
 
 import os
+import signal
+import sys
+from typing import NoReturn
 
 import click
+from click.core import ParameterSource
+
+from emq_worker.beat.config import WorkerSettings
+from emq_worker.cli.options import usage_error
+from emq_worker.errors import ConfigError
+from emq_worker.fleet import parent
+from emq_worker.fleet.orphan import PARENT_GONE, join_fleet
+from emq_worker.fleet.plan import PARENT_PID_VARIABLE, PROCESS_INDEX_VARIABLE, FleetPlan
+from emq_worker.observe.log import get_logger
+from emq_worker.observe.sdnotify import Notifier
 
 AUTO = "auto"
 
@@ -47,3 +60,30 @@ process_pool_option = click.option(
     show_default=True,
     help='Processes at most (per worker process) for tasks declared executor="process".',
 )
+
+
+def start_fleet(ctx: click.Context, settings: WorkerSettings, processes: int) -> NoReturn:
+    """Be the parent of `processes` worker processes (emq_worker/fleet) until they all exit.
+    Left at its default, each child's --process-pool is its share of the cores."""
+    pool = None
+    if ctx.get_parameter_source("process_pool") is ParameterSource.DEFAULT:
+        pool = max(1, cores() // processes)
+    try:
+        plan = FleetPlan(processes, tuple(sys.argv[1:]), settings.http, settings.burst, pool)
+    except ConfigError as exc:
+        raise usage_error(ctx, exc) from exc
+    with Notifier.from_environ(os.environ) as notifier:
+        sys.exit(parent.run(plan, os.environ, notifier, os.getpid()))
+
+
+def join_fleet_if_child() -> signal.Signals | None:
+    """A child of `run --processes` (its parent set these variables): log which process it is,
+    and stop with the parent (on the signal returned); exit at once when the parent is gone."""
+    parent_pid = os.environ.get(PARENT_PID_VARIABLE, "")
+    index = os.environ.get(PROCESS_INDEX_VARIABLE, "")
+    if not (parent_pid.isdigit() and index.isdigit()):
+        return None
+    if not join_fleet(int(index), int(parent_pid)):
+        get_logger().warning("worker_process_orphaned", parent_pid=int(parent_pid))
+        sys.exit(0)
+    return PARENT_GONE
