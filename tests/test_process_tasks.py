@@ -20,7 +20,7 @@ import pytest
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from emq_worker import App, JobContext, Producer
+from emq_worker import App, JobContext, Producer, WorkerSettings
 from emq_worker.errors import ConfigError, JobFailedError
 from emq_worker.jobs.process_tasks import check_process_tasks
 from tests.apps import cpu
@@ -28,8 +28,8 @@ from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
 
 
-def pool_settings(queue: str, url: str, **overrides: Any) -> Any:
-    return worker_settings(queue, url, process_pool=2, **overrides)
+def pool_settings(queue: str, url: str, **overrides: Any) -> WorkerSettings:
+    return worker_settings(queue, url, **{"process_pool": 2, **overrides})
 
 
 async def process_gone(pid: int) -> None:
@@ -166,3 +166,33 @@ async def test_a_process_task_s_exception_fails_the_job_with_its_own_error_and_t
     assert failed.value.last_error == "ValueError: no such account"
     dead = [e for e in logs if e["event"] == "job_dead" and e["job_id"] == job.job_id]
     assert "raise ValueError(reason)" in dead[0]["traceback"]
+
+
+async def test_the_worker_renews_the_lease_while_the_process_computes_past_it(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    producer = Producer(client)
+    settings = pool_settings(queue_name, redis_url, lease_ms=900, renew_every_ms=300)
+    async with running_worker(settings, cpu.app) as worker:
+        job = await producer.enqueue(queue_name, "nap", {"ms": 2500})
+        assert await producer.result(job.job_id, queue=queue_name, timeout=30) != os.getpid()
+        counters = worker.counters
+        assert (counters.completed, counters.reaped, counters.leases_lost) == (1, 0, 0)
+
+
+async def test_waiting_for_a_free_pool_process_does_not_count_against_the_timeout(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """One process, two 1.5 s jobs with a 2 s timeout: the second waits 1.5 s for the process,
+    then runs its own 1.5 s; timed from the enqueue it would have timed out."""
+    producer = Producer(client)
+    settings = pool_settings(queue_name, redis_url, process_pool=1)
+    async with running_worker(settings, cpu.app) as worker:
+        options: dict[str, Any] = {"timeout_ms": 2000, "max_attempts": 1}
+        first = await producer.enqueue(queue_name, "nap", {"ms": 1500}, **options)
+        second = await producer.enqueue(queue_name, "nap", {"ms": 1500}, **options)
+        pids = {
+            await producer.result(j.job_id, queue=queue_name, timeout=30) for j in (first, second)
+        }
+        assert len(pids) == 1  # the same (only) process ran both, one after the other
+        assert worker.counters.retried + worker.counters.dead_lettered == 0

@@ -34,6 +34,7 @@ from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
 
 MONITOR_EVERY_S = 1.0
+EXIT_FAILED = 1
 
 
 class Fleet:
@@ -134,7 +135,7 @@ class Fleet:
 
     def _exited(self, child: Child, code: int) -> bool:
         """Log the exit; True when the slot is not to be filled again."""
-        quiet = self.stopping and code in (0, 128 + signal.SIGTERM)
+        quiet = self.stopping and code in (0, 128 + signal.SIGTERM, -signal.SIGTERM)
         log = self.log.info if quiet or (code == 0 and self.plan.burst) else self.log.warning
         log(
             "worker_process_exited",
@@ -247,4 +248,11 @@ def run(plan: FleetPlan, environ: Mapping[str, str], notifier: Notifier, pid: in
     async def main() -> int:
         return await Fleet(plan, environ, notifier, pid).run()
 
-    return anyio.run(main)
+    try:
+        return anyio.run(main)
+    except BaseExceptionGroup as group:
+        error = group.subgroup(OSError)  # e.g. the --http port is taken: no child was started
+        if error is None or error.exceptions != group.exceptions or len(error.exceptions) != 1:
+            raise
+        get_logger().error("fleet_failed", error=str(error.exceptions[0]))
+        return EXIT_FAILED
