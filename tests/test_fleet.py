@@ -18,11 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from redis.asyncio import Redis
 
 from emq_worker import JobSpec, Producer
-from emq_worker.cli.main import main
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
 from tests.support.processes import WorkerProcess, WorkerProcesses
@@ -93,26 +91,6 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
     except OSError:
         return False
-
-
-# --- the flag --------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("value", ["0", "-1", "many"])
-def test_a_bad_processes_value_is_a_usage_error_naming_it(value: str) -> None:
-    args = ["run", "-q", "q", "--app", "tests.apps.ledger", "--processes", value]
-    result = CliRunner().invoke(main, args)
-    assert result.exit_code == 2
-    assert "Invalid value for '--processes' (env var: 'EMQ_PROCESSES')" in result.output
-    assert f"got {value!r}" in result.output
-
-
-def test_http_port_zero_cannot_be_shared_among_processes() -> None:
-    args = ["run", "-q", "q", "--app", "tests.apps.ledger", "--processes", "2"]
-    result = CliRunner().invoke(main, [*args, "--http", "127.0.0.1:0"])
-    assert result.exit_code == 2
-    assert "needs a fixed port with 2 processes" in result.output
-    assert "got '127.0.0.1:0'" in result.output
 
 
 # --- real processes ----------------------------------------------------------------------------

@@ -7,9 +7,11 @@ import re
 import sys
 
 import pytest
+from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
 from emq_worker.fleet.child import RESTART_CAP_S, STABLE_S, Child, ChildState, exit_text
 from emq_worker.fleet.http import Families, merge
@@ -120,3 +122,23 @@ def test_children_s_metrics_merge_into_one_exposition_labelled_by_process() -> N
     assert text.count("# TYPE emq_job_duration_seconds histogram") == 1
     buckets = [s for s in families["emq_job_duration_seconds"].samples if s.name.endswith("_count")]
     assert sorted(s.labels["process"] for s in buckets) == ["0", "1"]
+
+
+# --- the flag --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_a_bad_processes_value_is_a_usage_error_naming_it(value: str) -> None:
+    args = ["run", "-q", "q", "--app", "tests.apps.ledger", "--processes", value]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert "Invalid value for '--processes' (env var: 'EMQ_PROCESSES')" in result.output
+    assert f"got {value!r}" in result.output
+
+
+def test_http_port_zero_cannot_be_shared_among_processes() -> None:
+    args = ["run", "-q", "q", "--app", "tests.apps.ledger", "--processes", "2"]
+    result = CliRunner().invoke(main, [*args, "--http", "127.0.0.1:0"])
+    assert result.exit_code == 2
+    assert "needs a fixed port with 2 processes" in result.output
+    assert "got '127.0.0.1:0'" in result.output

@@ -28,6 +28,7 @@ from emq_worker.cli.options import (
     wire_version_option,
 )
 from emq_worker.cli.processes import (
+    fleet_plan,
     join_fleet_if_child,
     process_pool_option,
     processes_option,
@@ -271,11 +272,12 @@ def run(
         app = with_raw_tasks(load_app(app_path, app_dir), raw_tasks, settings.queues)
     except ConfigError as exc:
         raise usage_error(ctx, exc) from exc
+    plan = fleet_plan(ctx, settings, processes)
     if check:
         sys.exit(run_check(settings, app))
     log.configure(log_format, log_level)
-    if processes > 1:
-        start_fleet(ctx, settings, processes)
+    if plan is not None:
+        start_fleet(plan)
     parent_gone = join_fleet_if_child()
     try:
         code = daemon.run(settings, app, parent_gone)

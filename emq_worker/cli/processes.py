@@ -62,16 +62,23 @@ process_pool_option = click.option(
 )
 
 
-def start_fleet(ctx: click.Context, settings: WorkerSettings, processes: int) -> NoReturn:
-    """Be the parent of `processes` worker processes (emq_worker/fleet) until they all exit.
-    Left at its default, each child's --process-pool is its share of the cores."""
+def fleet_plan(ctx: click.Context, settings: WorkerSettings, processes: int) -> FleetPlan | None:
+    """With `--processes` above 1, what the parent will start (emq_worker/fleet), checked before
+    anything runs; None for one process. Left at its default, each child's --process-pool is its
+    share of the cores."""
+    if processes == 1:
+        return None
     pool = None
     if ctx.get_parameter_source("process_pool") is ParameterSource.DEFAULT:
         pool = max(1, cores() // processes)
     try:
-        plan = FleetPlan(processes, tuple(sys.argv[1:]), settings.http, settings.burst, pool)
+        return FleetPlan(processes, tuple(sys.argv[1:]), settings.http, settings.burst, pool)
     except ConfigError as exc:
         raise usage_error(ctx, exc) from exc
+
+
+def start_fleet(plan: FleetPlan) -> NoReturn:
+    """Be the parent of the plan's worker processes until they all exit."""
     with Notifier.from_environ(os.environ) as notifier:
         sys.exit(parent.run(plan, os.environ, notifier, os.getpid()))
 

@@ -102,7 +102,10 @@ class PoolProcess:
         if code is None:
             return "is gone"
         if code < 0:
-            return f"was killed by {signal.Signals(-code).name}"
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
         return f"exited with code {code}"
 
 
