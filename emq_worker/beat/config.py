@@ -51,6 +51,8 @@ class WorkerSettings:
     connect_wait_ms: int = 30_000
     """At start, how long a dropped, refused or timed-out first connection is retried (with
     capped, jittered backoff) before the worker exits 1 (0: one attempt)."""
+    process_pool: int | None = None
+    """Processes at most for `executor="process"` tasks; None: one per core."""
 
     @property
     def policy(self) -> Policy:
@@ -78,6 +80,8 @@ class WorkerSettings:
         _at_least("settle_timeout_ms", self.settle_timeout_ms, 100)
         _at_least("completed_ttl_ms", self.completed_ttl_ms, 0)
         _at_least("history_every_ms", self.history_every_ms, 0)
+        if self.process_pool is not None:
+            _at_least("process_pool", self.process_pool, 1)
         if not 0 <= self.node_id <= MAX_NODE_ID:
             raise ConfigError(f"node_id must be in [0, {MAX_NODE_ID}]; got {self.node_id}")
         if self.renew_every_ms and self.lease_ms < 3 * self.renew_every_ms:

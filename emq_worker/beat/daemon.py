@@ -38,13 +38,20 @@ class Outcome:
     exit_code: int = EXIT_OK
 
 
-async def _watch_signals(worker: Worker, outcome: Outcome) -> None:
+async def _watch_signals(
+    worker: Worker, outcome: Outcome, graceful: signal.Signals | None = None
+) -> None:
     log = get_logger()
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    watched = (signal.SIGTERM, signal.SIGINT, *([graceful] if graceful else []))
+    with anyio.open_signal_receiver(*watched) as signals:
         received = 0
         async for signum in signals:
-            received += 1
             name = signal.Signals(signum).name
+            if signum == graceful:  # however often it comes: never a forced stop
+                log.info("shutdown_requested", signal=name, grace_ms=worker.settings.grace_ms)
+                worker.request_stop()
+                continue
+            received += 1
             if received == 1:
                 log.info("shutdown_requested", signal=name, grace_ms=worker.settings.grace_ms)
                 worker.request_stop()
@@ -54,14 +61,22 @@ async def _watch_signals(worker: Worker, outcome: Outcome) -> None:
                 worker.force_stop()
 
 
-async def serve(settings: WorkerSettings, app: App, notifier: Notifier | None = None) -> int:
+async def serve(
+    settings: WorkerSettings,
+    app: App,
+    notifier: Notifier | None = None,
+    graceful: signal.Signals | None = None,
+) -> int:
+    """Serve until stopped; the exit code. `graceful` is a signal that asks for a graceful stop
+    however often it is received (a `--processes` child's parent-death signal: Linux sends it
+    again at each step of the child's reparenting)."""
     wait_s = settings.connect_wait_ms / 1000
     await reach(settings.redis_url, settings.wire_version, get_logger(), wait_s)
     worker = Worker(settings, app, notifier=notifier)
     outcome = Outcome()
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(_watch_signals, worker, outcome)
+            group.start_soon(_watch_signals, worker, outcome, graceful)
             await worker.run()
             group.cancel_scope.cancel()
     except BaseExceptionGroup as group_error:
@@ -100,7 +115,7 @@ def tune_runtime() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
-def run(settings: WorkerSettings, app: App) -> int:
+def run(settings: WorkerSettings, app: App, graceful: signal.Signals | None = None) -> int:
     """Run the daemon on asyncio, with uvloop's faster event loop where it is installed.
 
     Under systemd (`Type=notify`) it tells the service manager through `$NOTIFY_SOCKET` when it
@@ -110,4 +125,6 @@ def run(settings: WorkerSettings, app: App) -> int:
     tune_runtime()
     use_uvloop = importlib.util.find_spec("uvloop") is not None
     with Notifier.from_environ(os.environ) as notifier:
-        return anyio.run(serve, settings, app, notifier, backend_options={"use_uvloop": use_uvloop})
+        return anyio.run(
+            serve, settings, app, notifier, graceful, backend_options={"use_uvloop": use_uvloop}
+        )

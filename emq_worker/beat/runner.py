@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,26 +25,17 @@ from emq_worker.errors import PayloadError, UnknownTaskError
 from emq_worker.jobs import codec, tracing
 from emq_worker.jobs.context import JobContext
 from emq_worker.jobs.policy import Policy, resolve
+from emq_worker.jobs.process_pool import ProcessPool
+from emq_worker.jobs.process_tasks import check_process_tasks
 from emq_worker.jobs.results import encode_result
 from emq_worker.jobs.tasks import App, Task
+from emq_worker.jobs.traces import bounded_trace
 from emq_worker.observe.clock import Clock
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.names import Field
 from emq_worker.protocol.replies import ClaimedJob
 from emq_worker.protocol.values import Completion, Failure, Outcome
 from emq_worker.retry import delay_ms
-
-TRACE_BYTES = 8 * 1024
-"""The most of a handler's traceback a failed job's row keeps: its end, where the error is."""
-
-
-def bounded_trace(exc: BaseException) -> str:
-    """The formatted traceback (with its causes), cut to its last TRACE_BYTES bytes."""
-    trace = "".join(traceback.format_exception(exc)).encode("utf-8", "replace")
-    if len(trace) <= TRACE_BYTES:
-        return trace.decode()
-    cut = b"... (traceback cut to its last 8 KB)\n"
-    return (cut + trace[len(cut) - TRACE_BYTES :]).decode("utf-8", "ignore")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +62,9 @@ class JobRunner:
         self.settings = state.settings
         self.rng = state.rng
         self.threads = anyio.CapacityLimiter(state.settings.concurrency)
+        self.pool = ProcessPool(state.settings.process_pool or os.cpu_count() or 1)
+        """For `executor="process"` tasks; it starts no process until one of them runs."""
+        check_process_tasks(app)
         self._task_policies: dict[int, Policy] = {}
         self.log = get_logger()
         self.clock: Clock = state.clock
@@ -169,6 +163,8 @@ class JobRunner:
     async def _call(self, lease: Lease, call: Call) -> Outcome | None:
         """The handler's outcome, or None when the lease was lost while it ran."""
         task, timeout_ms = call.task, call.policy.timeout_ms
+        if task.in_process:
+            return await self._call_in_process(lease, call)
         timer = asyncio.timeout(timeout_ms / 1000)
         try:
             async with timer:
@@ -180,15 +176,8 @@ class JobRunner:
                         abandon_on_cancel=True,
                         limiter=self.threads,
                     )
-        except asyncio.CancelledError:
-            if not (lease.lost or lease.cancel_requested):
-                raise  # the worker is stopping: the lease is handed back, not settled
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()
-            if lease.lost:
-                return None
-            return Failure(lease.held, 0, 0, CANCELLED)
+        except asyncio.CancelledError as exc:
+            return _cancelled(lease, exc)
         except Exception as exc:
             trace = bounded_trace(exc)
             if timer.expired():
@@ -196,7 +185,7 @@ class JobRunner:
             return await self._failure(lease, call, f"{type(exc).__name__}: {exc}", trace)
         ttl_ms = call.policy.result_ttl_ms
         if ttl_ms:
-            return Completion(lease.held, self._result(lease, call, value), ttl_ms)
+            return Completion(lease.held, self._result(lease, call, *encode_result(value)), ttl_ms)
         if call.flow_child or (call.raw and value is not None):
             return Completion(lease.held, self._flow_value(lease, call, value))  # parent only
         return Completion(lease.held)  # the common case: no result is kept
@@ -206,10 +195,26 @@ class JobRunner:
         handler's bytes as they are (an EchoMQ parent reads them), else the stored form."""
         if call.raw and isinstance(value, bytes):
             return value
-        return self._result(lease, call, value)
+        return self._result(lease, call, *encode_result(value))
 
-    def _result(self, lease: Lease, call: Call, value: Any) -> bytes:
-        data, error = encode_result(value)
+    async def _call_in_process(self, lease: Lease, call: Call) -> Outcome | None:
+        """As _call, in the process pool: its timeout kills the process (process_pool.py)."""
+        policy = call.policy
+        fn, ctx, kwargs = call.task.fn, call.ctx, call.kwargs
+        try:
+            reply = await self.pool.run(
+                fn, ctx, kwargs, policy.timeout_ms, want_result=bool(policy.result_ttl_ms)
+            )
+        except asyncio.CancelledError as exc:
+            return _cancelled(lease, exc)
+        if reply.error is not None:
+            return await self._failure(lease, call, reply.error, reply.trace)
+        if not policy.result_ttl_ms or reply.result is None:
+            return Completion(lease.held)
+        data = self._result(lease, call, reply.result, reply.result_error)
+        return Completion(lease.held, data, policy.result_ttl_ms)
+
+    def _result(self, lease: Lease, call: Call, data: bytes, error: str | None) -> bytes:
         if error is not None:
             job = lease.job
             self.log.warning(
@@ -250,3 +255,17 @@ class JobRunner:
             return attempt
         text = base.decode() if isinstance(base, bytes) else base
         return max(1, attempt - int(text)) if text and text.isdigit() else attempt
+
+
+def _cancelled(lease: Lease, exc: asyncio.CancelledError) -> Outcome | None:
+    """A running handler was cancelled: by its lost lease (None: nothing is written), by an
+    operator's cancel (the job goes dead), or by the worker stopping (raised on: the lease is
+    handed back, not settled)."""
+    if not (lease.lost or lease.cancel_requested):
+        raise exc
+    current = asyncio.current_task()
+    if current is not None:
+        current.uncancel()
+    if lease.lost:
+        return None
+    return Failure(lease.held, 0, 0, CANCELLED)

@@ -192,6 +192,7 @@ class Worker:
                 await book.wait_settled()
             await self._release(parts.queues, book)
             await self._last_history(parts.supervisor)
+            await parts.supervisor.runner.pool.close()
             await self._leave()
             background.cancel_scope.cancel()
 

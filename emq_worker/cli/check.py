@@ -27,6 +27,8 @@ def describe_task(task: Task, settings: WorkerSettings, kind: str) -> str:
         f"max_attempts={policy.max_attempts} backoff={format_backoff(policy.backoff)} "
         f"timeout_ms={policy.timeout_ms} result_ttl_ms={policy.result_ttl_ms}"
     )
+    if task.in_process:
+        options += " executor=process"
     return f"  {kind} {task.name}({task.parameters_text()})  {options}"
 
 

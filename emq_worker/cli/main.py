@@ -21,10 +21,19 @@ from emq_worker.cli.lanes import lanes_group
 from emq_worker.cli.options import (
     app_dir_option,
     failure_message,
+    log_format_option,
+    log_level_option,
     queue_names,
     redis_url_option,
     usage_error,
     wire_version_option,
+)
+from emq_worker.cli.processes import (
+    fleet_plan,
+    join_fleet_if_child,
+    process_pool_option,
+    processes_option,
+    start_fleet,
 )
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.jobs.tasks import load_app, with_raw_tasks
@@ -166,23 +175,8 @@ def main() -> None:
     "(its tombstone key; 0: only while the job lives).",
 )
 @wire_version_option
-@click.option(
-    "--log-format",
-    type=click.Choice(["auto", "json", "console"]),
-    show_envvar=True,
-    envvar="EMQ_LOG_FORMAT",
-    default="auto",
-    show_default=True,
-    help="auto: console on a TTY, JSON lines otherwise.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    show_envvar=True,
-    envvar="EMQ_LOG_LEVEL",
-    default="info",
-    show_default=True,
-)
+@log_format_option
+@log_level_option
 @click.option(
     "--burst",
     is_flag=True,
@@ -216,6 +210,8 @@ def main() -> None:
     show_default=True,
     help="At start, retry a dropped, refused or timed-out connection this long before exiting 1.",
 )
+@processes_option
+@process_pool_option
 @click.option(
     "--check",
     is_flag=True,
@@ -244,6 +240,8 @@ def run(
     handoff: bool,
     http: str | None,
     connect_wait_ms: int,
+    processes: int,
+    process_pool: int,
     check: bool,
 ) -> None:
     """Run the worker daemon on one or more queues."""
@@ -270,15 +268,20 @@ def run(
             handoff=handoff,
             http=http or None,
             connect_wait_ms=connect_wait_ms,
+            process_pool=process_pool,
         )
         app = with_raw_tasks(load_app(app_path, app_dir), raw_tasks, settings.queues)
     except ConfigError as exc:
         raise usage_error(ctx, exc) from exc
+    plan = fleet_plan(ctx, settings, processes)
     if check:
         sys.exit(run_check(settings, app))
     log.configure(log_format, log_level)
+    if plan is not None:
+        start_fleet(plan)
+    parent_gone = join_fleet_if_child()
     try:
-        code = daemon.run(settings, app)
+        code = daemon.run(settings, app, parent_gone)
     except (EmqError, RedisError) as exc:
         message = failure_message(exc, settings.redis_url)
         log.get_logger().error("worker_failed", error=message)

@@ -71,6 +71,24 @@ wire_version_option = click.option(
     help="The {emq}:version this process speaks; a mismatch refuses to start.",
 )
 
+log_format_option = click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    show_envvar=True,
+    envvar="EMQ_LOG_FORMAT",
+    default="auto",
+    show_default=True,
+    help="auto: console on a TTY, JSON lines otherwise.",
+)
+log_level_option = click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    show_envvar=True,
+    envvar="EMQ_LOG_LEVEL",
+    default="info",
+    show_default=True,
+)
+
 
 def json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, object]:
     """A KWARGS argument: a JSON object, or a usage error (exit 2) saying what it is instead."""

@@ -8,11 +8,12 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from emq_worker.errors import AppImportError, ConfigError, PayloadError, UnknownTaskError
 from emq_worker.jobs.handles import AsyncTaskHandle, SyncTaskHandle, TaskHandle, unwrap
 from emq_worker.jobs.policy import JobPolicy
+from emq_worker.jobs.process_tasks import check_process_tasks, in_process
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.retry import Backoff
 
@@ -20,6 +21,7 @@ Handler = Callable[..., Awaitable[Any]] | Callable[..., Any]
 F = TypeVar("F", bound=Handler)
 P = ParamSpec("P")
 R = TypeVar("R")
+Executor = Literal["process"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,8 @@ class Task:
     signature: inspect.Signature
     policy: JobPolicy = field(default_factory=JobPolicy)
     """The task's declared policy (over the worker's defaults; a job's options go over it)."""
+    in_process: bool = False
+    """`executor="process"`: the handler runs in the worker's process pool (process_pool.py)."""
     keyword_names: tuple[frozenset[str], frozenset[str]] | None = field(
         init=False, repr=False, compare=False
     )
@@ -100,6 +104,7 @@ class App:
         backoff: Backoff | None = None,
         timeout_ms: int | None = None,
         result_ttl_ms: int | None = None,
+        executor: Executor | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -113,6 +118,7 @@ class App:
         backoff: Backoff | None = None,
         timeout_ms: int | None = None,
         result_ttl_ms: int | None = None,
+        executor: Executor | None = None,
     ) -> TaskHandle[Any, Any] | TaskDecorator:
         """Register a handler `fn(ctx, **kwargs)` under `name` (default: its own name), and
         return its typed handle (still callable as the handler; `handle.enqueue(producer, ...)`
@@ -121,9 +127,12 @@ class App:
         `max_attempts`, `backoff` and `timeout_ms` override the worker's defaults for this task;
         `result_ttl_ms` stores the handler's return value (JSON) for that long, for
         `Producer.result`. A producer can override each per job (`Producer.enqueue`).
+
+        `executor="process"` runs a plain (CPU-bound) function in the worker's process pool
+        instead of a thread: it must be a module-level function a spawned process can import.
         """
         policy = (max_attempts, backoff, timeout_ms, result_ttl_ms)
-        decorator = TaskDecorator(self, name, queue, policy)
+        decorator = TaskDecorator(self, name, queue, policy, executor)
         return decorator(fn) if fn is not None else decorator
 
     def add(self, task: Task) -> None:
@@ -169,11 +178,17 @@ class TaskDecorator:
     """`@app.task(...)` with options: registers the handler and returns its typed handle."""
 
     def __init__(
-        self, app: App, name: str | None, queue: str | None, policy: tuple[Any, ...]
+        self,
+        app: App,
+        name: str | None,
+        queue: str | None,
+        policy: tuple[Any, ...],
+        executor: Executor | None = None,
     ) -> None:
         if queue is not None:
             validate_queue_name(queue)
         self.app, self.name, self.queue, self.policy = app, name, queue, policy
+        self.executor = executor
 
     # As App.task: the async overload is meant to win.
     @overload
@@ -187,6 +202,8 @@ class TaskDecorator:
     def __call__(self, fn: Handler, /) -> TaskHandle[Any, Any]:
         handler = unwrap(fn)
         task = _make_task(self.name or handler.__name__, handler, *self.policy)
+        if self.executor is not None:
+            task = in_process(task, self.executor)
         self.app.add(task)
         kind = AsyncTaskHandle if task.is_async else SyncTaskHandle
         return kind(task.name, handler, self.queue, {})
@@ -247,6 +264,7 @@ def load_app(path: str, app_dir: str | None = None) -> App:
         raise AppImportError(
             f"--app {path!r} must name an emq_worker.App; got {type(app).__name__}"
         )
+    check_process_tasks(app)
     return app
 
 

@@ -61,24 +61,12 @@ def beat_stale(last_beat: float | None, now: float, beat_s: float, grace_s: floa
     return None
 
 
-class HttpEndpoint:
-    """Serves /metrics, /healthz and /readyz for one worker; `port` is the bound port."""
+class ProbeServer:
+    """The HTTP side of /metrics, /healthz and /readyz on `address`; `port` is the bound port.
+    What each path answers is the subclass's: `metrics()`, `health()`, `readiness()`."""
 
-    def __init__(
-        self,
-        address: str,
-        client: Redis,
-        queues: dict[str, Queue],
-        collector: WorkerCollector,
-        registry: CollectorRegistry,
-        stopping: Callable[[], bool],
-    ) -> None:
+    def __init__(self, address: str) -> None:
         self.address = address
-        self.client = client
-        self.queues = queues
-        self.collector = collector
-        self.registry = registry
-        self.stopping = stopping
         self.port: int | None = None
         self.log = get_logger()
         self._handlers: set[asyncio.Task[None]] = set()
@@ -131,6 +119,37 @@ class HttpEndpoint:
         if path == "/readyz":
             return _text(await self.readiness())
         return 404, TEXT, b"not found: try /metrics, /healthz or /readyz\n"
+
+    async def metrics(self) -> bytes:
+        raise NotImplementedError
+
+    def health(self) -> str | None:
+        """Why the service is not alive, or None."""
+        raise NotImplementedError
+
+    async def readiness(self) -> str | None:
+        """Why the service should not be sent work, or None."""
+        raise NotImplementedError
+
+
+class HttpEndpoint(ProbeServer):
+    """Serves /metrics, /healthz and /readyz for one worker; `port` is the bound port."""
+
+    def __init__(
+        self,
+        address: str,
+        client: Redis,
+        queues: dict[str, Queue],
+        collector: WorkerCollector,
+        registry: CollectorRegistry,
+        stopping: Callable[[], bool],
+    ) -> None:
+        super().__init__(address)
+        self.client = client
+        self.queues = queues
+        self.collector = collector
+        self.registry = registry
+        self.stopping = stopping
 
     async def metrics(self) -> bytes:
         depths: dict[str, Counts] = {}

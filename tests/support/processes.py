@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,15 +180,32 @@ class WorkerProcess:
         assert code is not None
         return code
 
+    def children(self) -> list[int]:
+        """The pids of the worker processes this one started as a `--processes` parent."""
+        return [e["pid"] for e in self.find("worker_process_started")]
+
     def kill(self) -> None:
         """SIGKILL (which also ends a stopped process) and reap it; a no-op once it has exited.
-        With `own_group`, every process left in its group is killed as well."""
+        With `own_group`, every process left in its group is killed as well; a `--processes`
+        parent's worker processes (each in a session of its own) too."""
         if self.popen.poll() is None:
             self.popen.kill()
         self.popen.wait(timeout=KILL_WAIT_S)
         if self.own_group:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGKILL)
+        for pid in self.children():
+            if _is_worker(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _is_worker(pid: int) -> bool:
+    """The process `pid` is still one of ours (a pid can be reused once it has exited)."""
+    try:
+        return b"emq_worker.cli" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 class WorkerProcesses:
@@ -208,6 +225,7 @@ class WorkerProcesses:
         lease_ms: int,
         beat_ms: int,
         extra: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> WorkerProcess:
         args = [
             str(EMQ_WORKER),
@@ -232,7 +250,7 @@ class WorkerProcesses:
             popen = subprocess.Popen(
                 args,
                 cwd=REPO_ROOT,
-                env=self._env(),
+                env={**self._env(), **(env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
