@@ -217,7 +217,7 @@ CASES = [
         "check-passes",
         ("run", "--check", "-q", "orders", "--app", "tests.apps.ledger", "--redis-url", URL),
         0,
-        "app: 2 task(s), 0 raw handler(s)",
+        "app: 3 task(s), 0 raw handler(s)",
     ),
     Case(
         "check-unreachable",

@@ -17,7 +17,7 @@ from emq_worker.observe.metrics import Counters
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob
 from emq_worker.protocol.scripts import Scripts
-from tests.test_dashboard_http import browsing, claim, enqueue, kill, lease_of
+from tests.dashboard.test_dashboard_http import browsing, claim, enqueue, kill, lease_of
 
 PAGES = ("/", "/workers", "/tasks", "/search")
 

@@ -27,7 +27,7 @@ from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.keys import QUEUES_KEY, QueueKeys
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
-from tests.test_dashboard_http import browsing
+from tests.dashboard.test_dashboard_http import browsing
 
 pytestmark = pytest.mark.slow
 PENDING = 100_000

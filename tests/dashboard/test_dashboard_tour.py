@@ -26,10 +26,7 @@ from emq_worker.dashboard.runtime import NO_VALUE
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import HeldLease
-from tests.support.running import running_worker, worker_settings
-from tests.support.scene import backfill, shop_app
-from tests.support.wait import eventually
-from tests.test_dashboard_browser import (
+from tests.dashboard.test_dashboard_browser import (
     CHROMIUM,
     SEEN_MS,
     chromium,
@@ -37,6 +34,9 @@ from tests.test_dashboard_browser import (
     page_on,
     serving,
 )
+from tests.support.running import running_worker, worker_settings
+from tests.support.scene import backfill, shop_app
+from tests.support.wait import eventually
 
 pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"),
