@@ -17,7 +17,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ExceptionHandler
 
 from emq_worker.admin import verbs
-from emq_worker.dashboard import actions, api, pages, views
+from emq_worker.dashboard import actions, api, groups, pages, views
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.runtime import Dashboard, dashboard, render, templates
 from emq_worker.dashboard.security import (
@@ -117,10 +117,12 @@ ROUTES = [
     Route("/api/queues/{queue}/jobs", api.jobs_json),
     Route("/api/queues/{queue}/leases", views.leases_json),
     Route("/api/queues/{queue}/dead", views.dead_json),
+    Route("/api/queues/{queue}/lanes", groups.lanes_json),
     Route("/api/queues/{queue}/jobs/{job_id}", views.job_json),
     Route("/queues/{queue}", views.queue_page),
     *(Route(f"/queues/{{queue}}/{state}", pages.state_page, name=state) for state in LISTED),
     Route("/queues/{queue}/dead", views.dead_page),
+    Route("/queues/{queue}/lanes", groups.lanes_page),
     Route("/queues/{queue}/jobs/{job_id}", views.job_page),
     Route("/queues/{queue}/pause", actions.pause, methods=["POST"]),
     Route("/queues/{queue}/resume", actions.resume, methods=["POST"]),

@@ -28,6 +28,8 @@ PER_PAGE = 50
 PEEK_BYTES = 4096
 ARGS_SHOWN = 120
 SETTLED_READ = 1000
+PRIORITY = "priority"
+"""The row field a job enqueued with a priority carries (lua/enqueue.lua)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,8 @@ class JobRow:
     error: str = ""
     settled: dict[str, Any] = field(default_factory=dict)
     """The settled log's entry (completed): outcome, at_ms, ms, worker, attempt."""
+    priority: int | None = None
+    """The row's `priority` (lower is claimed first); None for a job enqueued without one."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +58,7 @@ class JobRow:
             "payload_bytes": self.size,
             "score_ms": self.score_ms,
             "error": self.error,
+            "priority": self.priority,
             **({"settled": self.settled} if self.settled else {}),
         }
 
@@ -66,6 +71,11 @@ class Listing:
     rows: list[JobRow]
     now_ms: int
     newest_first: bool
+
+    @property
+    def prioritised(self) -> bool:
+        """Whether a job of this page has a priority (the page then shows the column)."""
+        return any(row.priority is not None for row in self.rows)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -111,7 +121,7 @@ async def peek(
     payloads (for the task and arguments)."""
     async with client.pipeline(transaction=False) as pipe:
         for job_id, _ in scored:
-            pipe.hmget(keys.job(job_id), Field.STATE, Field.ATTEMPTS, Field.LAST_ERROR)
+            pipe.hmget(keys.job(job_id), Field.STATE, Field.ATTEMPTS, Field.LAST_ERROR, PRIORITY)
             pipe.hstrlen(keys.job(job_id), Field.PAYLOAD)
         replies = await pipe.execute()
     small = [
@@ -122,7 +132,7 @@ async def peek(
             pipe.hget(keys.job(job_id), Field.PAYLOAD)
         payloads = dict(zip(small, await pipe.execute(), strict=True))
     rows = []
-    for (job_id, score), (row_state, attempts, error), size in zip(
+    for (job_id, score), (row_state, attempts, error, priority), size in zip(
         scored, replies[::2], replies[1::2], strict=True
     ):
         task, args = preview(payloads.get(job_id))
@@ -136,9 +146,17 @@ async def peek(
                 size=int(size),
                 score_ms=score if state in ("scheduled", "active") else None,
                 error="" if error is None else _utf8(error),
+                priority=_integer(priority),
             )
         )
     return rows
+
+
+def _integer(value: bytes | None) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except ValueError:  # a priority some other writer spelled oddly: shown as none
+        return None
 
 
 def preview(payload: bytes | str | None) -> tuple[str, str]:

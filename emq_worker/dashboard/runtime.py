@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from emq_worker.admin import verbs
+from emq_worker.admin.flows import CHILDREN_SHOWN
 from emq_worker.dashboard.queues import QueueFinder
 from emq_worker.dashboard.security import CSRF_FIELD, Guard, set_csrf_cookie
 from emq_worker.dashboard.settings import DashboardSettings
@@ -106,6 +107,7 @@ def templates() -> jinja2.Environment:
     env.filters["span"] = span
     env.filters["ratio"] = ratio
     env.globals["count_fields"] = verbs.COUNT_FIELDS
+    env.globals["flow_shown"] = CHILDREN_SHOWN
     return env
 
 
