@@ -21,11 +21,11 @@ import pytest
 from playwright.async_api import Page, Response, expect
 from redis.asyncio import Redis
 
-from emq_worker import Producer
+from emq_worker import FlowJob, Producer
 from emq_worker.dashboard.runtime import NO_VALUE
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.protocol.values import HeldLease
+from emq_worker.protocol.values import Completion, HeldLease
 from tests.dashboard.test_dashboard_browser import (
     CHROMIUM,
     SEEN_MS,
@@ -228,3 +228,51 @@ async def test_a_dead_job_is_retried_then_another_purged_from_its_own_page(
     assert await queue.state_of(ids[0]) == "pending"
     assert await queue.state_of(ids[1]) == "absent"
     assert failures == []
+
+
+async def test_a_tour_of_a_flow_and_of_a_queue_with_lanes_and_priorities(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """A flow parent's page (its children counted and named, refreshed live), a child's link
+    to its parent, a queue's lanes tab and its pending tab with priorities: no request answers
+    4xx/5xx, no script error, nothing on the console."""
+    queue = Queue(client, Scripts(), queue_name)
+    producer = Producer(client)
+    root = FlowJob("assemble", children=[FlowJob("part", {"n": n}) for n in range(3)])
+    flow = await producer.enqueue_flow(queue_name, root)
+    [first] = (await queue.claim(1, 30_000)).jobs
+    await queue.settle([Completion(HeldLease(first.id, first.token, first.nonce))], 60_000)
+    for group, jobs in (("tenant-big", 4), ("tenant-small", 1)):
+        for n in range(jobs):
+            await producer.enqueue(queue_name, "charge", {"n": n}, group=group)
+    await producer.enqueue(queue_name, "charge", {"urgent": True}, priority=-5)
+    async with (
+        serving(dashboard_settings(redis_url)) as base,
+        chromium() as browser,
+        page_on(browser) as page,
+    ):
+        failures = watch_responses(page)
+        console: list[str] = []
+        page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+        await page.goto(f"{base}/queues/{queue_name}/jobs/{flow.job_id}")
+        await expect(page.locator("td.where")).to_have_text("awaiting_children")
+        await expect(page.locator("td.outstanding")).to_have_text("2")
+        await expect(page.locator(f'tr[data-child="{first.id}"] td.state')).to_have_text(
+            "completed"
+        )
+        await expect(page.locator("#job")).to_have_attribute(
+            "data-refreshed", TWICE_OR_MORE, timeout=SEEN_MS
+        )
+        await expect(page.locator("td.outstanding")).to_have_text("2")
+        out = next(child.job_id for child in flow.children if child.job_id != first.id)
+        await page.goto(f"{base}/queues/{queue_name}/jobs/{out}")
+        await page.locator("a.parent").click()
+        await expect(page.locator("h1")).to_have_text(f"Job {flow.job_id}")
+        await page.goto(f"{base}/queues/{queue_name}")
+        await page.locator('nav.tabs a[data-tab="lanes"]').click()
+        await expect(page.locator("tr[data-group]")).to_have_count(2)
+        await expect(page.locator('tr[data-group="tenant-big"] td.waiting')).to_have_text("4")
+        await page.locator('nav.tabs a[data-tab="pending"]').click()
+        await expect(page.locator("td.priority").first).to_have_text("-5")
+    assert failures == []
+    assert console == []
