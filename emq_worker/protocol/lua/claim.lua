@@ -52,8 +52,10 @@
 -- one call otherwise; then the claim reads up to min(SCARD, 256) ids more than `count`, the
 -- suspects it may pass over.
 -- Events: 'claimed' per job leased, only while someone subscribes to p.."events".
--- Each claim runs HINCRBY attempts 1 (the fencing token), sets state 'active', scores the id in
--- active at the deadline and sets the lock subkey with PX 2 x lease_ms. The ids leased are kept
+-- Each claim adds 1 to attempts (the fencing token; written with state 'active' in one HSET when
+-- it is a plain counter, else by HINCRBY, which refuses a value that is not an integer), sets
+-- state 'active', scores the id in active at the deadline and sets the lock subkey with PX
+-- 2 x lease_ms. The ids leased are kept
 -- in emq:{q}:claim:<nonce> (PX lease_ms): a claim re-sent with the same nonce (the client retried
 -- after a lost reply) returns the jobs the first one leased and still holds, without checking
 -- pause again, instead of stranding them until the reaper; the jobs it returns that are still
@@ -241,6 +243,18 @@ local function waited(id)
   local reaped_at = tonumber(redis.call('HGET', p .. 'job:' .. id, 'reaped_at'))
   return reaped_at == nil or now - reaped_at >= lease / 2
 end
+-- The attempts that follow `value` (the row's attempts field, false when absent: 0) when it is a
+-- plain counter Lua's numbers hold exactly, written with the state in one HSET; nil otherwise,
+-- and HINCRBY then decides (it takes any 64-bit integer, and refuses what is none).
+local function next_attempt(value)
+  if not value then
+    return 1
+  end
+  if value == '0' or (#value <= 15 and string.match(value, '^[1-9]%d*$')) then
+    return tonumber(value) + 1
+  end
+  return nil
+end
 local is_suspect = {}
 if suspects then
   -- Lease ordinary jobs and up to suspect_room suspects (more once they have waited), in mint
@@ -274,10 +288,17 @@ for i = 1, #ready do
   local size = redis.pcall('HSTRLEN', row, 'payload')
   local payload, attempts = nil, nil
   if type(size) == 'number' and size <= MAX_PAYLOAD_BYTES then
-    payload = redis.call('HGET', row, 'payload')
-  end
-  if payload then
-    attempts = redis.pcall('HINCRBY', row, 'attempts', 1)
+    local fields = redis.call('HMGET', row, 'payload', 'attempts')
+    payload = fields[1]
+    attempts = payload and next_attempt(fields[2])
+    if attempts then
+      redis.call('HSET', row, 'state', 'active', 'attempts', attempts)
+    elseif payload then
+      attempts = redis.pcall('HINCRBY', row, 'attempts', 1)
+      if type(attempts) == 'number' then
+        redis.call('HSET', row, 'state', 'active')
+      end
+    end
   end
   if type(attempts) ~= 'number' and suspects then
     redis.call('SREM', KEYS[6], id) -- dead or gone: no longer a suspect
@@ -295,8 +316,8 @@ for i = 1, #ready do
     end
     reply[2] = reply[2] + 1
   elseif payload then
-    redis.call('HSET', row, 'state', 'active')
-    redis.call('SET', row .. ':lock', attempts .. ':' .. nonce, 'PX', 2 * lease)
+    -- As an integer: Lua's own tostring writes 1e+14 from 14 zeros on, which no fence matches.
+    redis.call('SET', row .. ':lock', string.format('%d', attempts) .. ':' .. nonce, 'PX', 2 * lease)
     claimed[#claimed + 1] = id
     reply[#reply + 1] = id
     reply[#reply + 1] = payload
