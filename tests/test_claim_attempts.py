@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from emq_worker import Producer
 from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
@@ -47,17 +48,20 @@ async def hincrby_says(client: Redis, value: str | None) -> int | None:
         await client.delete(scratch)
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["pending", "lane"])
 @pytest.mark.parametrize("value", ATTEMPTS)
 async def test_a_claim_counts_attempts_as_hincrby_does(
-    client: Redis, scripts: Scripts, queue_name: str, value: str | None
+    client: Redis, scripts: Scripts, queue_name: str, value: str | None, grouped: bool
 ) -> None:
+    """Both ways a claim leases a job: from pending, and from a fair lane (lanes_claim.lua)."""
     queue = Queue(client, scripts, queue_name)
-    job = MINTER.job_id()
+    producer = Producer(client)
+    job = (await producer.enqueue_raw(queue_name, PAYLOAD, group="g" if grouped else None)).job_id
     row = queue.keys.job(job)
-    await client.hset(row, mapping={"state": "pending", "payload": PAYLOAD})
-    if value is not None:
+    if value is None:
+        await client.hdel(row, "attempts")
+    else:
         await client.hset(row, "attempts", value)
-    await client.zadd(queue.keys.pending, {job: 0})
     expected = await hincrby_says(client, value)
 
     result = await queue.claim(10, 30_000)

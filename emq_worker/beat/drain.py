@@ -2,8 +2,9 @@
 
 Queues are served in the order given, in script calls of at most CLAIM_BATCH jobs (and at most
 half the concurrency while handlers await I/O: pace.py); a queue is left when a call returns
-fewer than it asked for or says `limited`, and the whole drain is bounded by one beat. A standing hand-off offer (offers.py) counts as a slot taken, and the claim
-that empties a queue leaves a new one; a job handed to an offer is started here too.
+fewer than it asked for or says `limited`, and the whole drain is bounded by one beat. A standing
+hand-off offer (offers.py) counts as a slot taken, and the claim that empties a queue leaves a new
+one; a job handed to an offer is started here too.
 
 A claim lists the suspects it leased (jobs whose holders died or froze running them): they run
 at once like any job, and while one runs here the worker claims with no suspect room, so suspects

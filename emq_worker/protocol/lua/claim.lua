@@ -83,6 +83,7 @@
 --- @include now_ms
 --- @include events
 --- @include handoff
+--- @include attempts
 --- @include lanes_claim
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local offer_nonce, offer_ms, withdraw = ARGV[5] or '', tonumber(ARGV[6]) or 0, ARGV[7] == '1'
@@ -243,18 +244,6 @@ local function waited(id)
   local reaped_at = tonumber(redis.call('HGET', p .. 'job:' .. id, 'reaped_at'))
   return reaped_at == nil or now - reaped_at >= lease / 2
 end
--- The attempts that follow `value` (the row's attempts field, false when absent: 0) when it is a
--- plain counter Lua's numbers hold exactly, written with the state in one HSET; nil otherwise,
--- and HINCRBY then decides (it takes any 64-bit integer, and refuses what is none).
-local function next_attempt(value)
-  if not value then
-    return 1
-  end
-  if value == '0' or (#value <= 15 and string.match(value, '^[1-9]%d*$')) then
-    return tonumber(value) + 1
-  end
-  return nil
-end
 local is_suspect = {}
 if suspects then
   -- Lease ordinary jobs and up to suspect_room suspects (more once they have waited), in mint
@@ -316,8 +305,7 @@ for i = 1, #ready do
     end
     reply[2] = reply[2] + 1
   elseif payload then
-    -- As an integer: Lua's own tostring writes 1e+14 from 14 zeros on, which no fence matches.
-    redis.call('SET', row .. ':lock', string.format('%d', attempts) .. ':' .. nonce, 'PX', 2 * lease)
+    redis.call('SET', row .. ':lock', lock_value(attempts, nonce), 'PX', 2 * lease)
     claimed[#claimed + 1] = id
     reply[#reply + 1] = id
     reply[#reply + 1] = payload

@@ -141,7 +141,7 @@ local function tombstone(id, did)
 end
 
 local function complete(id, token, nonce, value)
-  local row, refusal, did, group, left_active = settle_admit(p, id, token, nonce)
+  local row, refusal, did, group, left_active, link = settle_admit(p, id, token, nonce)
   if refusal then
     refuse(refusal, id, token)
     return false
@@ -150,9 +150,10 @@ local function complete(id, token, nonce, value)
     woken = woken + lane_settled(p, group, left_active)
   end
   tombstone(id, did)
-  woken = woken + flow_completed(p, row, id, value)
-  flow_retire(row)
-  redis.call('DEL', row, row .. ':lock', row .. ':logs')
+  woken = woken + flow_completed(p, row, id, value, link)
+  -- The row, its subkeys and a flow parent's (flow_retire's four) in one DEL.
+  redis.call('DEL', row, row .. ':lock', row .. ':logs', row .. ':dependencies',
+    row .. ':processed', row .. ':failed', row .. ':unsuccessful')
   completed = completed + 1
   answer(row, id, token, nonce, 'completed')
   if listeners then
