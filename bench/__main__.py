@@ -47,10 +47,20 @@ def measures(plan: Plan) -> dict[str, list[tuple[str, Measure]]]:
         ]
         for task in ("noop", "sleep1ms")
     }
+    c = plan.realistic_concurrency
+    share = plan.realistic_cpu_share
+    realistic: list[tuple[str, Measure]] = [
+        (f"incr c={c}", partial(scenarios.drain, task="incr", concurrency=c)),
+        (
+            f"incr_cpu1ms c={c}",
+            partial(scenarios.drain, task="incr_cpu1ms", concurrency=c, share=share),
+        ),
+    ]
     return {
         "enqueue": [("enqueue", scenarios.enqueue)],
         "drain": drains["noop"],
         "sleep": drains["sleep1ms"],
+        "realistic": realistic,
         "latency": [("latency", scenarios.latency)],
         "roundtrips": [("roundtrips", scenarios.roundtrips)],
         "renewal": [("renewal", emq_only.renewal)],

@@ -1,4 +1,5 @@
-"""The emq-worker App the benchmark runs: no-op, 1 ms sleep, long hold and latency-probe tasks.
+"""The emq-worker App the benchmark runs: no-op, 1 ms sleep, the realistic bodies (one INCR on
+the body's own client, then optionally 1 ms of CPU), long hold and latency-probe tasks.
 
 `emq-worker run --app bench.apps_emq:app --queue bench` runs the same tasks under the CLI (for
 profiling a worker by hand, e.g. with py-spy); the bench itself builds one per run with its own
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import anyio
 
-from bench.runners.common import Tally
+from bench.runners.common import Body, Tally
 from emq_worker import App, JobContext
 
 
@@ -24,6 +25,17 @@ def make_app(tally: Tally) -> App:
     async def sleep1ms(ctx: JobContext) -> None:
         tally.start()
         await anyio.sleep(0.001)
+
+    @app.task
+    async def incr(ctx: JobContext) -> None:
+        tally.start()
+        await Body.incr()
+
+    @app.task
+    async def incr_cpu1ms(ctx: JobContext) -> None:
+        tally.start()
+        await Body.incr()
+        Body.burn_cpu()
 
     @app.task
     async def hold(ctx: JobContext, seconds: float) -> None:

@@ -8,6 +8,7 @@ SCENARIOS = (
     "enqueue",
     "drain",
     "sleep",
+    "realistic",
     "latency",
     "roundtrips",
     "renewal",
@@ -15,7 +16,9 @@ SCENARIOS = (
     "rss",
 )
 """enqueue (1); drain = no-op drain (2) with CPU, commands (7) and round trips per job; sleep =
-1 ms-sleep drain (3); latency (4); roundtrips = top-level commands per job by MONITOR;
+1 ms-sleep drain (3); realistic = drains of jobs whose body makes one Redis call on its own
+client (an INCR), then the same with 1 ms of CPU after it; latency (4); roundtrips = top-level
+commands per job by MONITOR;
 renewal (5) and recovery (6) are emq-worker only; rss (8)."""
 
 
@@ -35,6 +38,9 @@ class Plan:
     load_probes: int = 2_000
     load_rate: float = 500.0
     latency_concurrency: int = 100
+    realistic_concurrency: int = 100
+    realistic_cpu_share: int = 4
+    """The 1 ms-of-CPU variant drains drain_n / this many jobs (it runs under 1 000 jobs/s)."""
     monitor_n: int = 2_000
     renew_ks: tuple[int, ...] = (100, 1_000, 10_000)
     renew_lease_ms: int = 3_000

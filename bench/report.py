@@ -74,6 +74,25 @@ def rows(plan: Plan) -> list[Row]:
                 Row(f"{key}.redis_cmds", f"{what}: Redis commands/job (incl. Lua's)", "lower"),
                 Row(f"{key}.round_trips", f"{what}: worker round trips/job", "lower"),
             ]
+    c = plan.realistic_concurrency
+    for task, what in (
+        ("incr", "INCR body"),
+        ("incr_cpu1ms", "INCR + 1 ms CPU body"),
+    ):
+        key, what = f"drain.{task}.c{c}", f"{what} drain c={c}"
+        out += [
+            Row(f"{key}.jobs_s", f"{what}: jobs/s", "higher"),
+            Row(f"{key}.worker_cpu_ms", f"{what}: worker CPU ms/job", "lower"),
+            Row(f"{key}.worker_cpu_busy_pct", f"{what}: worker CPU busy %"),
+            Row(f"{key}.worker_idle_pct", f"{what}: worker idle (waiting on I/O) %", "lower"),
+            Row(f"{key}.redis_cpu_ms", f"{what}: Redis CPU ms/job", "lower"),
+            Row(f"{key}.redis_cmds", f"{what}: Redis commands/job (incl. Lua's)", "lower"),
+            Row(
+                f"{key}.round_trips",
+                f"{what}: worker round trips/job (without the body's)",
+                "lower",
+            ),
+        ]
     out += [
         Row("toplevel.cmds_per_job", "top-level commands/job (MONITOR, noop c=100)", "lower"),
         Row("latency.idle.p50_ms", "pickup latency idle, p50 ms", "lower"),

@@ -46,9 +46,10 @@ def enqueue(h: Harness, system: System) -> None:
     h.record(system, "enqueue.bulk.jobs_s", plan.enqueue_bulk / bulk_s if bulk_s else None)
 
 
-def drain(h: Harness, system: System, task: str, concurrency: int) -> None:
-    """n pre-enqueued jobs, one worker process: throughput and what each job cost."""
-    n = h.plan.drain_n
+def drain(h: Harness, system: System, task: str, concurrency: int, share: int = 1) -> None:
+    """n pre-enqueued jobs (drain_n / share), one worker process: throughput and what each job
+    cost."""
+    n = h.plan.drain_n // share
     h.redis.flush()
     h.fill(system, n, task)
     before = h.redis.snapshot()
@@ -64,10 +65,17 @@ def drain(h: Harness, system: System, task: str, concurrency: int) -> None:
     h.record(system, f"{key}.worker_cpu_ms", done["cpu_s"] * 1000 / n)
     h.record(system, f"{key}.redis_cpu_ms", d.cpu_s * 1000 / n)
     h.record(system, f"{key}.redis_cmds", d.total_calls / n)
-    h.record(system, f"{key}.round_trips", done["sends"] / n)
+    # The worker's own requests: a realistic body's calls on its own client are not counted.
+    h.record(system, f"{key}.round_trips", (done["sends"] - done.get("body_sends", 0)) / n)
     h.note(system, f"{key}.socket_reads_per_job", round(d.reads / n, 4))
     elapsed = done["last_finish"] - done["first_start"]
-    h.note(system, f"{key}.worker_cpu_busy_pct", round(done["cpu_s"] / elapsed * 100, 1))
+    h.record(system, f"{key}.worker_cpu_busy_pct", done["cpu_s"] / elapsed * 100)
+    if done.get("on_cpu_s"):  # (the kernel keeps schedstat)
+        # Idle: neither on a CPU nor waiting for one (the loop waited on I/O). Busy % falls when
+        # another process takes the worker's core; idle % does not.
+        idle = elapsed - done["on_cpu_s"] - done["cpu_wait_s"]
+        h.record(system, f"{key}.worker_idle_pct", max(0.0, idle / elapsed * 100))
+        h.note(system, f"{key}.worker_cpu_wait_pct", round(done["cpu_wait_s"] / elapsed * 100, 1))
     h.note(system, f"{key}.redis_cpu_busy_pct", round(d.cpu_s / d.seconds * 100, 1))
     top = dict(Counter(d.calls).most_common(12))
     h.note(system, f"{key}.commands", {k: round(v / n, 3) for k, v in top.items()})

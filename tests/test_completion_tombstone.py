@@ -8,6 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer, WorkerSettings
+from emq_worker.protocol.values import Completion
 from tests.support.conformance import RECEIPT_MS, Harness, held
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually, until
@@ -109,6 +110,29 @@ async def test_a_minted_id_leaves_no_tombstone(conf: Harness) -> None:
     assert not await conf.exists(idem_key(conf, minted.job_id))
     await _run_to_completion(conf, minted.job_id)
     assert not await conf.exists(idem_key(conf, minted.job_id))
+
+
+@pytest.mark.parametrize("with_result", [False, True])
+async def test_a_chosen_id_settled_among_minted_ones_gets_its_tombstone(
+    conf: Harness, with_result: bool
+) -> None:
+    """settle.lua looks for idem keys once per call, over all its completions: a chosen id in
+    the middle of a batch (with or without a stored result) is found; the minted ids get none."""
+    minted = [(await conf.producer.enqueue(conf.queue.name, "charge")).job_id for _ in range(2)]
+    chosen = conf.mint()
+    await conf.producer.enqueue(conf.queue.name, "charge", job_id=chosen)
+    minted.append((await conf.producer.enqueue(conf.queue.name, "charge")).job_id)
+    jobs = await conf.claim(10)
+    outcomes = [
+        Completion(held(job), b"1", DAY_MS)
+        if with_result and job.id == chosen
+        else Completion(held(job))
+        for job in jobs
+    ]
+    results = await conf.queue.settle(outcomes, RECEIPT_MS)
+    assert [r.status for r in results] == ["ok"] * 4
+    assert await conf.client.get(idem_key(conf, chosen)) == b"completed"
+    assert [await conf.exists(idem_key(conf, job_id)) for job_id in minted] == [False] * 3
 
 
 async def test_a_failed_or_dead_job_leaves_no_tombstone_and_stays_a_duplicate(

@@ -15,6 +15,7 @@ from arq import Worker, create_pool  # type: ignore[import-not-found]
 from arq.connections import RedisSettings  # type: ignore[import-not-found]
 
 from bench.runners.common import (
+    Body,
     Tally,
     concurrently,
     emit,
@@ -37,6 +38,17 @@ async def sleep1ms(ctx: dict[str, Any]) -> None:
     await asyncio.sleep(0.001)
 
 
+async def incr(ctx: dict[str, Any]) -> None:
+    TALLY.start()
+    await Body.incr()
+
+
+async def incr_cpu1ms(ctx: dict[str, Any]) -> None:
+    TALLY.start()
+    await Body.incr()
+    Body.burn_cpu()
+
+
 async def hold(ctx: dict[str, Any], seconds: float) -> None:
     TALLY.start()
     await asyncio.sleep(seconds)
@@ -46,7 +58,7 @@ async def probe(ctx: dict[str, Any], t: float) -> None:
     TALLY.probe(t)
 
 
-FUNCTIONS = [noop, sleep1ms, hold, probe]
+FUNCTIONS = [noop, sleep1ms, incr, incr_cpu1ms, hold, probe]
 
 
 async def pool(cfg: dict[str, Any]) -> Any:

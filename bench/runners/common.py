@@ -38,6 +38,21 @@ def cpu_seconds(pid: int | str = "self") -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def sched_seconds() -> tuple[float, float]:
+    """(seconds on a CPU, seconds waiting for one) of this process's threads, from
+    /proc/self/task/*/schedstat; (0, 0) where the kernel keeps no schedstat. What is neither is
+    the time the process had nothing to run: its event loop waited on I/O."""
+    on_cpu = waiting = 0
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                ran, waited, _ = f.read().split()
+            on_cpu, waiting = on_cpu + int(ran), waiting + int(waited)
+    except OSError:
+        return 0.0, 0.0
+    return on_cpu / 1e9, waiting / 1e9
+
+
 def memory_kb(pid: int | str = "self") -> dict[str, int]:
     """VmRSS and VmHWM (peak RSS) of a process, in kB."""
     found: dict[str, int] = {}
@@ -61,9 +76,48 @@ class Sends:
 
     A request is one round trip. `count_sends()` installs the count on redis-py's asyncio
     connection class, which all three systems use, so the same definition holds for each.
+    `body` counts those a job body sent on its own client (`Body`): a drain reports the
+    worker's own round trips, without them.
     """
 
     count = 0
+    body = 0
+
+
+BODY_KEY = "bench:body:counter"
+CPU_WORK_S = 0.001
+
+
+class Body:
+    """The realistic job body: one INCR on the body's own asyncio client (a redis-py client with
+    its default pool, as a handler touching a store would hold), and optionally ~1 ms of CPU.
+
+    The client is made on first use, in the worker's loop; `Body.url` is set by the runner. Each
+    system's venv has its own redis-py (arq pins 5.x, SAQ 7.x, emq-worker's has 8.x), and 8.x
+    defaults to a 5 s socket timeout, which wraps every send in `asyncio.wait_for` (an extra task
+    per command): the body asks for no socket timeout, the default of the other two, so that it
+    costs every system the same.
+    """
+
+    url = os.environ.get("EMQ_REDIS_URL", "redis://localhost:6379/0")
+    """The runners set it from their config; this default serves `emq-worker run` by hand."""
+    client: Any = None
+
+    @classmethod
+    async def incr(cls) -> None:
+        if cls.client is None:
+            from redis.asyncio import Redis
+
+            cls.client = Redis.from_url(cls.url, socket_timeout=None)
+        Sends.body += 1
+        await cls.client.incr(BODY_KEY)
+
+    @staticmethod
+    def burn_cpu(seconds: float = CPU_WORK_S) -> None:
+        """Spin for `seconds` of this thread's CPU time (the same work on every machine's clock)."""
+        until = time.thread_time() + seconds
+        while time.thread_time() < until:
+            pass
 
 
 def count_sends() -> None:
@@ -91,6 +145,8 @@ class Tally:
     first_start: float = 0.0
     cpu_at_first_start: float = 0.0
     sends_at_first_start: int = 0
+    body_at_first_start: int = 0
+    sched_at_first_start: tuple[float, float] = (0.0, 0.0)
     latencies_ms: list[float] = field(default_factory=list)
     on_all_started: Callable[[], None] | None = None
 
@@ -99,6 +155,8 @@ class Tally:
             self.first_start = time.time()
             self.cpu_at_first_start = cpu_seconds()
             self.sends_at_first_start = Sends.count
+            self.body_at_first_start = Sends.body
+            self.sched_at_first_start = sched_seconds()
         self.started += 1
         if self.started == self.n and self.on_all_started is not None:
             self.on_all_started()
@@ -109,12 +167,16 @@ class Tally:
 
     def done_fields(self, completed: int) -> dict[str, Any]:
         """What a drain reports when its n-th job has been settled."""
+        on_cpu, waiting = sched_seconds()
         return {
+            "on_cpu_s": on_cpu - self.sched_at_first_start[0],
+            "cpu_wait_s": waiting - self.sched_at_first_start[1],
             "completed": completed,
             "first_start": self.first_start,
             "last_finish": time.time(),
             "cpu_s": cpu_seconds() - self.cpu_at_first_start,
             "sends": Sends.count - self.sends_at_first_start,
+            "body_sends": Sends.body - self.body_at_first_start,
         }
 
     def latency_fields(self) -> dict[str, Any]:
@@ -230,6 +292,7 @@ def peer_modes(
 def run_peer(modes: dict[str, Mode]) -> None:
     """A peer runner's main: read the config, run the mode it names."""
     cfg = config()
+    Body.url = cfg["url"]
     maybe_uvloop(cfg)
     count_sends()
     asyncio.run(modes[cfg["mode"]](cfg))

@@ -14,6 +14,7 @@ import anyio
 
 from bench.apps_emq import make_app
 from bench.runners.common import (
+    Body,
     Sends,
     Tally,
     concurrently,
@@ -144,6 +145,7 @@ MODES: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
 
 def main() -> None:
     cfg = config()
+    Body.url = cfg["url"]
     configure("json", "warning")
     tune_runtime()  # as `emq-worker run` does
     count_sends()

@@ -14,6 +14,7 @@ from typing import Any
 from saq import Queue, Worker  # type: ignore[import-not-found]
 
 from bench.runners.common import (
+    Body,
     Tally,
     concurrently,
     emit,
@@ -35,6 +36,17 @@ async def sleep1ms(ctx: dict[str, Any]) -> None:
     await asyncio.sleep(0.001)
 
 
+async def incr(ctx: dict[str, Any]) -> None:
+    TALLY.start()
+    await Body.incr()
+
+
+async def incr_cpu1ms(ctx: dict[str, Any]) -> None:
+    TALLY.start()
+    await Body.incr()
+    Body.burn_cpu()
+
+
 async def hold(ctx: dict[str, Any], *, seconds: float) -> None:
     TALLY.start()
     await asyncio.sleep(seconds)
@@ -44,7 +56,7 @@ async def probe(ctx: dict[str, Any], *, t: float) -> None:
     TALLY.probe(t)
 
 
-FUNCTIONS = [noop, sleep1ms, hold, probe]
+FUNCTIONS = [noop, sleep1ms, incr, incr_cpu1ms, hold, probe]
 
 
 async def queue_of(cfg: dict[str, Any]) -> Any:

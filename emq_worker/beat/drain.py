@@ -1,9 +1,10 @@
 """The beat's drain: claim as many ready jobs as there are free slots and start each as a task.
 
-Queues are served in the order given, in script calls of at most CLAIM_BATCH jobs; a queue is
-left when a call returns fewer than it asked for or says `limited`, and the whole drain is
-bounded by one beat. A standing hand-off offer (offers.py) counts as a slot taken, and the claim
-that empties a queue leaves a new one; a job handed to an offer is started here too.
+Queues are served in the order given, in script calls of at most CLAIM_BATCH jobs (and at most
+half the concurrency while handlers await I/O: pace.py); a queue is left when a call returns
+fewer than it asked for or says `limited`, and the whole drain is bounded by one beat. A standing
+hand-off offer (offers.py) counts as a slot taken, and the claim that empties a queue leaves a new
+one; a job handed to an offer is started here too.
 
 A claim lists the suspects it leased (jobs whose holders died or froze running them): they run
 at once like any job, and while one runs here the worker claims with no suspect room, so suspects
@@ -54,6 +55,7 @@ class Drainer:
     ) -> None:
         self.runner = runner
         self.book = state.book
+        self.pace = state.pace
         self.settings = state.settings
         self.counters = state.counters
         self.clock = state.clock
@@ -81,10 +83,11 @@ class Drainer:
                 free = self.settings.concurrency - running
                 if free <= 0:
                     break  # a later queue's standing offer still holds a slot of its own
-                claimed_at = self.clock.monotonic()
-                result = await self._claim_or_rest(queue, min(free, CLAIM_BATCH), claimed_at)
+                claimed_at, count = self.clock.monotonic(), min(free, self._batch())
+                result = await self._claim_or_rest(queue, count, claimed_at)
                 if result is None:
                     break
+                self.pace.claimed(self.clock.monotonic() - claimed_at)
                 self.status.note_pause(queue.name, result.paused)
                 self.counters.phantoms += result.phantoms
                 self.start(jobs, result, claimed_at)
@@ -92,9 +95,16 @@ class Drainer:
                 if result.limited is not None:
                     self._hold_back(result.limited)
                     break
-                if len(result.jobs) + result.phantoms < min(free, CLAIM_BATCH):
+                if len(result.jobs) + result.phantoms < count:
                     break
         return drained
+
+    def _batch(self) -> int:
+        """The most jobs one claim asks for: half the slots while handlers await I/O, so that
+        one half's claim is in flight while the other half's jobs run (pace.py)."""
+        if self.pace.split_claims():
+            return min(CLAIM_BATCH, max(1, self.settings.concurrency // 2))
+        return CLAIM_BATCH
 
     def start(
         self, jobs: JobGroup, result: ClaimResult, confirmed_at: float, handed_off: bool = False

@@ -29,6 +29,8 @@ class Lease:
     lost: bool = False
     cancel_requested: bool = False
     """An operator asked to cancel this job: it is stopped and settled dead, still fenced."""
+    timed_out: bool = False
+    """Its job's timeout passed while the handler ran: stopped, and failed (timeouts.py)."""
     settling: bool = False
     """The handler has returned and its outcome is being written; that write's own reply,
     not a concurrent renewal, decides what became of the job."""
@@ -51,6 +53,12 @@ class Lease:
     def cancel(self) -> None:
         """Stop the job at once; the runner settles it dead (the lease is still ours)."""
         self.cancel_requested = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def time_out(self) -> None:
+        """Stop the job at once; the runner fails it as timed out (the lease is still ours)."""
+        self.timed_out = True
         if self.task is not None:
             self.task.cancel()
 

@@ -21,6 +21,7 @@ from emq_worker.beat.lease import Lease
 from emq_worker.beat.prestart import needs_check, still_held
 from emq_worker.beat.settle import SettleBatcher
 from emq_worker.beat.state import WorkerState
+from emq_worker.beat.timeouts import JobTimeouts
 from emq_worker.errors import PayloadError, UnknownTaskError
 from emq_worker.jobs import codec, tracing
 from emq_worker.jobs.context import JobContext
@@ -55,6 +56,13 @@ class Call:
 CANCELLED = "cancelled by an operator"
 
 
+def _withdraw_cancel() -> bool:
+    """Take back the cancellation a job's timeout asked for (timeouts.py); True when no other
+    one (a lost lease's, an operator's, the worker's stop) is pending."""
+    current = asyncio.current_task()
+    return current is None or current.uncancel() == 0
+
+
 class JobRunner:
     def __init__(self, state: WorkerState, app: App, batcher: SettleBatcher) -> None:
         self.app = app
@@ -65,6 +73,7 @@ class JobRunner:
         self.pool = ProcessPool(state.settings.process_pool or os.cpu_count() or 1)
         """For `executor="process"` tasks; it starts no process until one of them runs."""
         check_process_tasks(app)
+        self.timeouts = JobTimeouts()
         self._task_policies: dict[int, Policy] = {}
         self.log = get_logger()
         self.clock: Clock = state.clock
@@ -162,27 +171,23 @@ class JobRunner:
 
     async def _call(self, lease: Lease, call: Call) -> Outcome | None:
         """The handler's outcome, or None when the lease was lost while it ran."""
-        task, timeout_ms = call.task, call.policy.timeout_ms
-        if task.in_process:
+        if call.task.in_process:
             return await self._call_in_process(lease, call)
-        timer = asyncio.timeout(timeout_ms / 1000)
+        timed_out = f"timed out after {call.policy.timeout_ms} ms"
         try:
-            async with timer:
-                if task.is_async:
-                    value = await task.fn(call.ctx, **call.kwargs)
-                else:
-                    value = await anyio.to_thread.run_sync(
-                        functools.partial(task.fn, call.ctx, **call.kwargs),
-                        abandon_on_cancel=True,
-                        limiter=self.threads,
-                    )
+            value = await self._timed(lease, call)
         except asyncio.CancelledError as exc:
+            if lease.timed_out and _withdraw_cancel():  # the timeout's, and no other
+                return await self._failure(lease, call, timed_out, bounded_trace(exc))
             return _cancelled(lease, exc)
         except Exception as exc:
             trace = bounded_trace(exc)
-            if timer.expired():
-                return await self._failure(lease, call, f"timed out after {timeout_ms} ms", trace)
+            if lease.timed_out:  # (the handler turned its cancellation into another error)
+                _withdraw_cancel()
+                return await self._failure(lease, call, timed_out, trace)
             return await self._failure(lease, call, f"{type(exc).__name__}: {exc}", trace)
+        if lease.timed_out:  # the handler swallowed its cancellation and returned: a completion
+            _withdraw_cancel()
         ttl_ms = call.policy.result_ttl_ms
         if ttl_ms:
             return Completion(lease.held, self._result(lease, call, *encode_result(value)), ttl_ms)
@@ -213,6 +218,23 @@ class JobRunner:
             return Completion(lease.held)
         data = self._result(lease, call, reply.result, reply.result_error)
         return Completion(lease.held, data, policy.result_ttl_ms)
+
+    async def _timed(self, lease: Lease, call: Call) -> Any:
+        """The handler's return value; past the job's timeout its task is cancelled (timeouts.py).
+        The watch ends before anything else is awaited, so a late tick cannot cancel the
+        outcome's own writes."""
+        task = call.task
+        bucket = self.timeouts.start(lease, call.policy.timeout_ms / 1000)
+        try:
+            if task.is_async:
+                return await task.fn(call.ctx, **call.kwargs)
+            return await anyio.to_thread.run_sync(
+                functools.partial(task.fn, call.ctx, **call.kwargs),
+                abandon_on_cancel=True,
+                limiter=self.threads,
+            )
+        finally:
+            self.timeouts.stop(lease, bucket)
 
     def _result(self, lease: Lease, call: Call, data: bytes, error: str | None) -> bytes:
         if error is not None:

@@ -39,6 +39,7 @@ class SettleBatcher:
         self.queues = state.queues
         self.book = state.book
         self.slots = state.slots
+        self.pace = state.pace
         self.settings = state.settings
         self.counters = state.counters
         self.log = get_logger()
@@ -52,6 +53,8 @@ class SettleBatcher:
     ) -> None:
         """Hand a finished job's outcome over; its lease stays held (and renewed) until written."""
         self.book.mark_settling(lease)
+        if seconds is not None:
+            self.pace.handled(seconds)
         handover = Handover(lease, outcome, task, seconds)
         self._waiting.setdefault(lease.job.queue, []).append(handover)
         self._ready.set()

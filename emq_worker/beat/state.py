@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.lease import LeaseBook, SlotSignal
+from emq_worker.beat.pace import Pace
 from emq_worker.observe.clock import Clock
 from emq_worker.observe.metrics import Counters
 from emq_worker.protocol.queue import Queue
@@ -50,3 +51,4 @@ class WorkerState:
     stop: StopSignal
     book: LeaseBook = field(default_factory=LeaseBook)
     slots: SlotSignal = field(default_factory=SlotSignal)
+    pace: Pace = field(default_factory=Pace)

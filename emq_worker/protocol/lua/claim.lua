@@ -52,8 +52,10 @@
 -- one call otherwise; then the claim reads up to min(SCARD, 256) ids more than `count`, the
 -- suspects it may pass over.
 -- Events: 'claimed' per job leased, only while someone subscribes to p.."events".
--- Each claim runs HINCRBY attempts 1 (the fencing token), sets state 'active', scores the id in
--- active at the deadline and sets the lock subkey with PX 2 x lease_ms. The ids leased are kept
+-- Each claim adds 1 to attempts (the fencing token; written with state 'active' in one HSET when
+-- it is a plain counter, else by HINCRBY, which refuses a value that is not an integer), sets
+-- state 'active', scores the id in active at the deadline and sets the lock subkey with PX
+-- 2 x lease_ms. The ids leased are kept
 -- in emq:{q}:claim:<nonce> (PX lease_ms): a claim re-sent with the same nonce (the client retried
 -- after a lost reply) returns the jobs the first one leased and still holds, without checking
 -- pause again, instead of stranding them until the reaper; the jobs it returns that are still
@@ -81,6 +83,7 @@
 --- @include now_ms
 --- @include events
 --- @include handoff
+--- @include attempts
 --- @include lanes_claim
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local offer_nonce, offer_ms, withdraw = ARGV[5] or '', tonumber(ARGV[6]) or 0, ARGV[7] == '1'
@@ -274,10 +277,17 @@ for i = 1, #ready do
   local size = redis.pcall('HSTRLEN', row, 'payload')
   local payload, attempts = nil, nil
   if type(size) == 'number' and size <= MAX_PAYLOAD_BYTES then
-    payload = redis.call('HGET', row, 'payload')
-  end
-  if payload then
-    attempts = redis.pcall('HINCRBY', row, 'attempts', 1)
+    local fields = redis.call('HMGET', row, 'payload', 'attempts')
+    payload = fields[1]
+    attempts = payload and next_attempt(fields[2])
+    if attempts then
+      redis.call('HSET', row, 'state', 'active', 'attempts', attempts)
+    elseif payload then
+      attempts = redis.pcall('HINCRBY', row, 'attempts', 1)
+      if type(attempts) == 'number' then
+        redis.call('HSET', row, 'state', 'active')
+      end
+    end
   end
   if type(attempts) ~= 'number' and suspects then
     redis.call('SREM', KEYS[6], id) -- dead or gone: no longer a suspect
@@ -295,8 +305,7 @@ for i = 1, #ready do
     end
     reply[2] = reply[2] + 1
   elseif payload then
-    redis.call('HSET', row, 'state', 'active')
-    redis.call('SET', row .. ':lock', attempts .. ':' .. nonce, 'PX', 2 * lease)
+    redis.call('SET', row .. ':lock', lock_value(attempts, nonce), 'PX', 2 * lease)
     claimed[#claimed + 1] = id
     reply[#reply + 1] = id
     reply[#reply + 1] = payload

@@ -88,6 +88,25 @@ local function refuse(refusal, id, token)
   end
 end
 
+-- Whether any completion of this call has an idem:<id> key (a caller-chosen id; a minted id, the
+-- common case, has none): one EXISTS over all of them rather than a SET XX per job.
+local function any_idem(from, to, step)
+  local keys = {}
+  for i = from, to, step do
+    keys[#keys + 1] = p .. 'idem:' .. ARGV[i]
+  end
+  for first = 1, #keys, 500 do
+    if redis.call('EXISTS', unpack(keys, first, math.min(first + 499, #keys))) > 0 then
+      return true
+    end
+  end
+  return false
+end
+local with_results = tonumber(ARGV[5])
+local plain_from = 6 + 5 * with_results
+local failures_from = plain_from + 3 * (n - with_results)
+local idem_keys = any_idem(6, plain_from - 1, 5) or any_idem(plain_from, failures_from - 1, 3)
+
 -- The completion tombstone of a job with a chosen id (its idem:<id> = "live" marker) or a dedup
 -- id (`did` while de:<did> names it): a re-sent enqueue of either is a duplicate for the window.
 -- idem:<id> says "completed" (for a dedup job too: enqueue tells a completed job from one another
@@ -100,7 +119,9 @@ local function tombstone(id, did)
     de = nil
   end
   if completed_ttl <= 0 then
-    redis.call('DEL', idem)
+    if idem_keys then
+      redis.call('DEL', idem)
+    end
     if de then
       redis.call('DEL', de)
     end
@@ -108,7 +129,7 @@ local function tombstone(id, did)
   end
   if de then
     redis.call('SET', idem, 'completed', 'PX', completed_ttl)
-  else
+  elseif idem_keys then
     redis.call('SET', idem, 'completed', 'XX', 'PX', completed_ttl)
   end
   if de then
@@ -120,7 +141,7 @@ local function tombstone(id, did)
 end
 
 local function complete(id, token, nonce, value)
-  local row, refusal, did, group, left_active = settle_admit(p, id, token, nonce)
+  local row, refusal, did, group, left_active, link = settle_admit(p, id, token, nonce)
   if refusal then
     refuse(refusal, id, token)
     return false
@@ -129,9 +150,10 @@ local function complete(id, token, nonce, value)
     woken = woken + lane_settled(p, group, left_active)
   end
   tombstone(id, did)
-  woken = woken + flow_completed(p, row, id, value)
-  flow_retire(row)
-  redis.call('DEL', row, row .. ':lock', row .. ':logs')
+  woken = woken + flow_completed(p, row, id, value, link)
+  -- The row, its subkeys and a flow parent's (flow_retire's four) in one DEL.
+  redis.call('DEL', row, row .. ':lock', row .. ':logs', row .. ':dependencies',
+    row .. ':processed', row .. ':failed', row .. ':unsuccessful')
   completed = completed + 1
   answer(row, id, token, nonce, 'completed')
   if listeners then
@@ -164,9 +186,6 @@ local function record_failure(row, token, err, trace)
   redis.call('HSET', row, 'error_history', cjson.encode(history))
 end
 
-local with_results = tonumber(ARGV[5])
-local plain_from = 6 + 5 * with_results
-local failures_from = plain_from + 3 * (n - with_results)
 for i = 6, plain_from - 1, 5 do
   local id = ARGV[i]
   if complete(id, ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]) and ARGV[i + 3] ~= '0' then

@@ -113,10 +113,11 @@ local function flow_dead(p, parent, child, policy, err)
   return 0
 end
 
--- flow_completed(p, row, id, value): the job `id` completes (its row still there); a flow child
--- counts in its parent. value: its result, or nil (then its id, as EchoMQ records).
-local function flow_completed(p, row, id, value)
-  local link = redis.call('HMGET', row, 'parent', 'parent_queue')
+-- flow_completed(p, row, id, value, link): the job `id` completes (its row still there); a flow
+-- child counts in its parent. value: its result, or nil (then its id, as EchoMQ records). link:
+-- the row's {parent, parent_queue} when the caller read them already (fence() does), else nil.
+local function flow_completed(p, row, id, value, link)
+  link = link or redis.call('HMGET', row, 'parent', 'parent_queue')
   if not link[1] then
     return 0
   end

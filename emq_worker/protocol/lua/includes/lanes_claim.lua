@@ -15,6 +15,7 @@
 -- The leased jobs are appended to `claimed` and to `reply` (id, payload, attempts).
 -- Returns: leased (jobs leased), used (turns served to lanes: the caller's count shrinks by it).
 --- @include now_ms
+--- @include attempts
 local LANE_PAYLOAD_LIMIT = 16777216 -- emq_worker.payload_limits.MAX_PAYLOAD_BYTES (16 MiB)
 
 -- The state of group g's lane for this call: its key, its depth, how many more jobs its limit
@@ -75,18 +76,24 @@ local function lane_lease(p, id, nonce, lease, claimed, reply)
   local size = redis.pcall('HSTRLEN', row, 'payload')
   local payload, attempts = nil, nil
   if type(size) == 'number' and size <= LANE_PAYLOAD_LIMIT then
-    payload = redis.call('HGET', row, 'payload')
+    local fields = redis.call('HMGET', row, 'payload', 'attempts')
+    payload = fields[1]
+    attempts = payload and next_attempt(fields[2])
   end
-  if payload then
+  if attempts then
+    redis.call('HSET', row, 'state', 'active', 'attempts', attempts)
+  elseif payload then
     attempts = redis.pcall('HINCRBY', row, 'attempts', 1)
+    if type(attempts) == 'number' then
+      redis.call('HSET', row, 'state', 'active')
+    end
   end
   if type(attempts) ~= 'number' then
     lane_phantom(p, row, id, size)
     reply[2] = reply[2] + 1
     return nil
   end
-  redis.call('HSET', row, 'state', 'active')
-  redis.call('SET', row .. ':lock', attempts .. ':' .. nonce, 'PX', 2 * lease)
+  redis.call('SET', row .. ':lock', lock_value(attempts, nonce), 'PX', 2 * lease)
   claimed[#claimed + 1] = id
   reply[#reply + 1] = id
   reply[#reply + 1] = payload
