@@ -45,6 +45,8 @@ class QueueKeys:
     alone (see lua/reap.lua)."""
     offers: str
     """ZSET of hand-off offers of workers parked with a free slot (see lua/claim.lua)."""
+    upkeep: str
+    """STRING: the fleet's note that a check found nothing due on the queue (see lua/upkeep.lua)."""
 
     @classmethod
     def of(cls, queue: str) -> QueueKeys:
@@ -63,6 +65,7 @@ class QueueKeys:
             cancel=p + "cancel",
             suspects=p + "suspects",
             offers=p + "offers",
+            upkeep=p + "upkeep",
         )
 
     def job(self, job_id: str) -> str:

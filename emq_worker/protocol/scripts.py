@@ -57,19 +57,21 @@ VERBS: Final = (
     "joblog",
     "repeat",
     "repeat_due",
+    "upkeep",
     "drain",
     "obliterate",
 )
 """Every verb with a script, `lua/<verb>.lua`; each is built and loaded at start-up."""
 
-RESENDABLE: Final = frozenset({"renew", "claim", "settle", "enqueue", "reap", "promote"})
+RESENDABLE: Final = frozenset({"renew", "claim", "settle", "enqueue", "reap", "promote", "upkeep"})
 """The verbs re-sent once on a fresh connection when theirs is lost, also after the server may
 have run the first sending (its reply lost): a second delivery is harmless by construction.
 renew sets the same deadline-from-now for the same token and nonce; claim replies the jobs its
 nonce's memo lists; settle finds its receipt and replies 'settled'; enqueue finds the rows its ids
 already wrote (a duplicate, never a second row); reap and promote move only what is due by the
-server clock, as the next beat would. The others (release, withdraw, remove, reprocess, progress,
-joblog, repeat, repeat_due) are sent once: see docs/protocol.md, section 6."""
+server clock, as the next beat would; upkeep only reads, and notes a check that found nothing
+due. The others (release, withdraw, remove, reprocess, progress, joblog, repeat, repeat_due) are
+sent once: see docs/protocol.md, section 6."""
 
 ArgValue = str | bytes | int
 
