@@ -70,6 +70,7 @@ class Drainer:
         self._log_jobs = self.log.is_enabled_for(logging.INFO)
         """One event per job transition at info; nothing per job above it (throughput)."""
         self.suspects = HeldSuspects(state.book)
+        self._memo_ms = state.settings.claim_memo_ms
 
     async def drain(self, jobs: JobGroup) -> DrainResult:
         drained = DrainResult()
@@ -152,12 +153,19 @@ class Drainer:
         terms = self.offers.terms(queue.name, may_offer=not self.stop.requested)
         result: ClaimResult | None = None
         lease_ms, room = self.settings.lease_ms, self.suspects.room()
-        clear = self.agenda[queue.name].woken
+        woken = self.agenda[queue.name].woken
+
+        async def send() -> ClaimResult:
+            memo_ms = self._memo_ms
+            return await queue.claim(
+                count, lease_ms, nonce, terms, room, clear_wake=woken, memo_ms=memo_ms
+            )
+
         try:
             try:
-                result = await queue.claim(count, lease_ms, nonce, terms, room, clear_wake=clear)
+                result = await send()
             except (RedisConnectionError, RedisTimeoutError):
-                result = await queue.claim(count, lease_ms, nonce, terms, room, clear_wake=clear)
+                result = await send()
         finally:
             self.offers.claimed(queue.name, terms, claimed_at, result)
         return result

@@ -74,8 +74,11 @@ class QueueKeys:
     def lock(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}:lock"
 
-    def receipt(self, job_id: str) -> str:
-        return f"{self.prefix}job:{job_id}:receipt"
+    def receipt(self, job_id: str) -> tuple[str, str]:
+        """Where the settle receipt of `job_id` is: a hash shared with the ids that differ only
+        in their last character, and the field named by that character
+        (lua/includes/receipts.lua)."""
+        return f"{self.prefix}receipts:{job_id[:-1]}", job_id[-1:]
 
     def logs(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}:logs"

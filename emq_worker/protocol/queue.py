@@ -97,12 +97,14 @@ class Queue:
         suspect_room: int = 1,
         *,
         clear_wake: bool = False,
+        memo_ms: int | None = None,
     ) -> ClaimResult:
         """Lease up to `count` ready jobs, at most `suspect_room` suspects among them (more only
         once they have waited half a lease). With `offer`, first take over what was handed to the
         worker's standing offer (when `offer.standing`), and leave a new offer if pending runs
         dry (when `offer.offer_ms` > 0). `clear_wake` (the worker was woken by this queue's
-        token): finding pending empty deletes the wake list's stale tokens. See lua/claim.lua."""
+        token): finding pending empty deletes the wake list's stale tokens. The call's memo
+        answers a re-send for `memo_ms` (default and at most: the lease). See lua/claim.lua."""
         nonce = nonce or new_nonce()
         k = self.keys
         terms = offer or NO_OFFER
@@ -121,6 +123,7 @@ class Queue:
                 terms.room,
                 suspect_room,
                 "1" if clear_wake else "",
+                lease_ms if memo_ms is None else memo_ms,
             ],
         )
         return claim_result(self.name, nonce, reply)

@@ -26,6 +26,8 @@
 --           (claimed by whoever came first) or a due time the woken worker now reads itself
 --           (it promotes and scans repeats when it claims nothing); kept, each would wake a parked
 --           worker for nothing, one at a time. A token pushed after this call is not touched.
+-- ARGV[11] = memo_ms (absent: lease_ms): how long the memo (below) answers a re-sent claim, at
+--           most lease_ms: the longest a re-send can come after the first sending
 --
 -- Reply: an array {status, phantoms, id1, payload1, attempts1, id2, ..., [suspect ids]}
 --   status   = 'ok'; 'offered': ok, and an offer now stands (below); 'paused' when meta.paused
@@ -60,7 +62,7 @@
 -- Events: 'claimed' per job leased, only while someone subscribes to p.."events".
 -- Each claim runs HINCRBY attempts 1 (the fencing token), sets state 'active', scores the id in
 -- active at the deadline and sets the lock subkey with PX 2 x lease_ms. The ids leased are kept
--- in emq:{q}:claim:<nonce> (PX lease_ms): a claim re-sent with the same nonce (the client retried
+-- in emq:{q}:claim:<nonce> (PX memo_ms): a claim re-sent with the same nonce (the client retried
 -- after a lost reply) returns the jobs the first one leased and still holds, without checking
 -- pause again, instead of stranding them until the reaper; the jobs it returns that are still
 -- suspects are listed again in the trailing array.
@@ -92,6 +94,7 @@ local offer_nonce, offer_ms, withdraw = ARGV[5] or '', tonumber(ARGV[6]) or 0, A
 local room = tonumber(ARGV[8]) or 1
 local suspect_room = tonumber(ARGV[9]) or 1
 local clear_wake = ARGV[10] == '1'
+local memo_ms = math.min(lease, tonumber(ARGV[11]) or lease)
 local offer = offer_nonce .. ':' .. lease
 local memo = p .. 'claim:' .. nonce
 local MAX_PAYLOAD_BYTES = 16777216 -- emq_worker.payload_limits.MAX_PAYLOAD_BYTES (16 MiB)
@@ -155,7 +158,7 @@ local function remember()
     redis.call('RPUSH', memo, unpack(claimed, first, math.min(first + 499, #claimed)))
   end
   if #claimed > 0 then
-    redis.call('PEXPIRE', memo, lease)
+    redis.call('PEXPIRE', memo, memo_ms)
   end
 end
 -- A refusal after a take-over still replies the jobs taken over: {status, 0, [retry_after_ms,

@@ -12,7 +12,7 @@
 -- ARGV[4] = "dead" to remove the job only while it is in dead (purging the morgue), "pending" only
 --           while it is in pending (emptying a queue), or ""
 --
--- Reply: 1 removed (the row, its lock, logs and receipt subkeys, and its idem:<id> key);
+-- Reply: 1 removed (the row, its lock and logs subkeys, its receipt, and its idem:<id> key);
 --        0 the row was gone, but either the id was still a member of a set (EchoMQ's late complete
 --        of a job we dead-lettered deletes only the row: those members and subkeys are removed),
 --        or the job completed within the window and its completion tombstones are deleted:
@@ -22,6 +22,7 @@
 --         the row's `lock` field while it can be live); EMQSTATE when ARGV[4] names a set the
 --         job is not in (nothing changed in either case).
 --- @include holds
+--- @include receipts
 local p, id, did = ARGV[1], ARGV[2], ARGV[3]
 local row, idem = p .. 'job:' .. id, p .. 'idem:' .. id
 if redis.call('EXISTS', row) == 0 then
@@ -31,7 +32,8 @@ if redis.call('EXISTS', row) == 0 then
   end
   redis.call('SREM', KEYS[5], id)
   if members > 0 then
-    redis.call('DEL', row .. ':lock', row .. ':logs', row .. ':receipt')
+    redis.call('DEL', row .. ':lock', row .. ':logs')
+    redis.call('HDEL', receipts_key(p, id), receipt_field(id))
   end
   local forgot = false
   if ARGV[4] == '' then
@@ -63,5 +65,6 @@ if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
   redis.call('DEL', p .. 'de:' .. did)
 end
 redis.call('SREM', KEYS[5], id)
-redis.call('DEL', row, row .. ':lock', row .. ':logs', row .. ':receipt', idem)
+redis.call('DEL', row, row .. ':lock', row .. ':logs', idem)
+redis.call('HDEL', receipts_key(p, id), receipt_field(id))
 return 1

@@ -1,4 +1,5 @@
 --- @include wake
+--- @include receipts
 -- fence(p, id, token, nonce): is the holder of (token, nonce) still the owner of job `id`?
 -- Returns: row key, row state, and nil when the holder may write, then the row's dedup id (read
 -- in the same HMGET, so a completion that releases it costs no extra call); otherwise a verdict:
@@ -38,7 +39,7 @@ local function settle_admit(p, id, token, nonce)
   if not verdict and state == 'active' and redis.call('ZREM', p .. 'active', id) == 1 then
     return row, nil, dedup
   end
-  local receipt = redis.call('GET', p .. 'job:' .. id .. ':receipt')
+  local receipt = receipt_of(p, id)
   local mine = token .. ':' .. nonce .. ':'
   if receipt and string.sub(receipt, 1, #mine) == mine then
     return nil, {'settled', string.sub(receipt, #mine + 1)}
