@@ -166,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import cluster  # its own options: python -m bench --cluster --help
 
         return cluster.main(sys.argv[1:] if argv is None else argv)
+    if "--idle" in (sys.argv[1:] if argv is None else argv):
+        from bench import idle  # its own options: python -m bench --idle --help
+
+        return idle.main(sys.argv[1:] if argv is None else argv)
     args = parse(sys.argv[1:] if argv is None else argv)
     base = QUICK if args.quick else FULL
     plan = base if args.repeat is None else _with_repeat(base, args.repeat)

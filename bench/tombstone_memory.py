@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
-from emq_worker import JobSpec, Producer
+from emq_worker import JobSpec, Producer, WorkerSettings
 from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import Queue
@@ -25,7 +25,8 @@ from emq_worker.protocol.values import Completion, HeldLease
 from emq_worker.server.connection import connect
 
 BATCH = 500
-RECEIPT_MS = 60_000
+RECEIPT_MS = WorkerSettings(queues=("q",)).receipt_ms
+"""As a worker at its defaults keeps receipts (bench/steady_memory.py measures them at speed)."""
 
 
 async def used_memory(client: Redis) -> int:

@@ -15,7 +15,7 @@ def test_defaults_follow_the_seed() -> None:
     assert settings.lease_ms == 30_000
     assert settings.renew_interval_ms == 10_000
     assert settings.redis_url == "redis://localhost:6379/0"
-    assert settings.receipt_ms == 60_000
+    assert settings.receipt_ms == 15_000  # the settle timeout (10 s) and a 5 s margin
 
 
 @pytest.mark.parametrize(

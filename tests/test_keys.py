@@ -23,7 +23,8 @@ def test_every_key_of_a_queue_shares_its_hash_tag_and_slot() -> None:
         keys.completed,
         keys.failed,
         keys.job("X"),
-        keys.receipt("X"),
+        keys.receipt("X")[0],
+        keys.upkeep,
         keys.claim_memo("n"),
     ]
     assert {hash_slot(key) for key in every} == {hash_slot("orders")}

@@ -14,6 +14,10 @@ from emq_worker.protocol.values import DEFAULT_COMPLETED_TTL_MS
 from emq_worker.retry import DEFAULT_BACKOFF, Backoff
 from emq_worker.server.connection import DEFAULT_URL, validate_url
 
+RECEIPT_MARGIN_MS = 5_000
+"""How much longer than the longest retry a settle receipt (or a claim memo) answers a re-send."""
+SOCKET_TIMEOUT_MARGIN_MS = 10_000
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
@@ -103,9 +107,23 @@ class WorkerSettings:
         return self.renew_every_ms or self.lease_ms // 3
 
     @property
+    def socket_timeout_ms(self) -> int:
+        """The worker's socket timeout: longer than its longest park (a beat)."""
+        return self.beat_ms + SOCKET_TIMEOUT_MARGIN_MS
+
+    @property
+    def claim_memo_ms(self) -> int:
+        """How long a claim's memo answers a re-sent claim: the drain claims once more with the
+        same nonce after a connection error or a timeout (the socket timeout), and a margin; at
+        most the lease."""
+        return min(self.lease_ms, self.socket_timeout_ms + RECEIPT_MARGIN_MS)
+
+    @property
     def receipt_ms(self) -> int:
-        """How long a settle receipt answers a re-sent complete/fail."""
-        return max(60_000, 2 * self.lease_ms)
+        """How long a settle receipt answers a re-sent complete/fail: the longest a re-send can
+        come after the first sending (the settle batcher retries for settle_timeout_ms), and a
+        margin for a command that waited in a stalled server's queue."""
+        return self.settle_timeout_ms + RECEIPT_MARGIN_MS
 
 
 def _at_least(name: str, value: int, low: int) -> None:

@@ -1,10 +1,12 @@
 """The beat's drain: claim as many ready jobs as there are free slots and start each as a task.
 
-Queues are served in the order given, in script calls of at most CLAIM_BATCH jobs (and at most
-half the concurrency while handlers await I/O: pace.py); a queue is left when a call returns
-fewer than it asked for or says `limited`, and the whole drain is bounded by one beat. A standing
-hand-off offer (offers.py) counts as a slot taken, and the claim that empties a queue leaves a new
-one; a job handed to an offer is started here too.
+The queues the agenda wants claimed (agenda.py: woken, found pending, last claim full, an offer
+to renew) are served in the order given, in script calls of at most CLAIM_BATCH jobs (and at most
+half the concurrency while handlers await I/O: pace.py); a queue is
+left when a call returns fewer than it asked for (it ran dry: the agenda stops wanting it) or says
+`limited`, and the whole drain is bounded by one beat. A standing hand-off offer (offers.py) counts
+as a slot taken, and the claim that empties a queue leaves a new one; a job handed to an offer is
+started here too.
 
 A claim lists the suspects it leased (jobs whose holders died or froze running them): they run
 at once like any job, and while one runs here the worker claims with no suspect room, so suspects
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from emq_worker.beat.agenda import Agenda
 from emq_worker.beat.isolation import QueueIsolation
 from emq_worker.beat.jobgroup import JobGroup
 from emq_worker.beat.lease import Lease
@@ -52,6 +55,7 @@ class Drainer:
         isolation: QueueIsolation,
         status: BeatStatus,
         offers: Offers,
+        agenda: Agenda,
     ) -> None:
         self.runner = runner
         self.book = state.book
@@ -63,18 +67,19 @@ class Drainer:
         self.isolation = isolation
         self.status = status
         self.offers = offers
+        self.agenda = agenda
         self.log = get_logger()
         self._log_jobs = self.log.is_enabled_for(logging.INFO)
         """One event per job transition at info; nothing per job above it (throughput)."""
-        self.limited_until: float | None = None
-        """A queue's limit refused every claim: drain again no sooner than this."""
         self.suspects = HeldSuspects(state.book)
+        self._memo_ms = state.settings.claim_memo_ms
 
     async def drain(self, jobs: JobGroup) -> DrainResult:
         drained = DrainResult()
-        self.limited_until = None
         deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
         for queue in self.isolation.ready():
+            if not self.agenda.wants_claim(queue.name, self.clock.monotonic()):
+                continue
             while not self.stop.requested:
                 if self.clock.monotonic() >= deadline:
                     drained.more = True
@@ -92,10 +97,13 @@ class Drainer:
                 self.counters.phantoms += result.phantoms
                 self.start(jobs, result, claimed_at)
                 drained.claimed += len(result.jobs)
+                dry = len(result.jobs) + result.phantoms < count
+                renew_at = self.offers.renew_at(queue.name)
+                self.agenda.claimed(queue.name, len(result.jobs), dry, renew_at)
                 if result.limited is not None:
-                    self._hold_back(result.limited)
+                    self._hold_back(queue.name, result.limited)
                     break
-                if len(result.jobs) + result.phantoms < count:
+                if dry:
                     break
         return drained
 
@@ -155,18 +163,25 @@ class Drainer:
         terms = self.offers.terms(queue.name, may_offer=not self.stop.requested)
         result: ClaimResult | None = None
         lease_ms, room = self.settings.lease_ms, self.suspects.room()
+        woken = self.agenda[queue.name].woken
+
+        async def send() -> ClaimResult:
+            memo_ms = self._memo_ms
+            return await queue.claim(
+                count, lease_ms, nonce, terms, room, clear_wake=woken, memo_ms=memo_ms
+            )
+
         try:
             try:
-                result = await queue.claim(count, lease_ms, nonce, terms, room)
+                result = await send()
             except (RedisConnectionError, RedisTimeoutError):
-                result = await queue.claim(count, lease_ms, nonce, terms, room)
+                result = await send()
         finally:
             self.offers.claimed(queue.name, terms, claimed_at, result)
         return result
 
-    def _hold_back(self, limited: Limited) -> None:
-        """A limit refused the claim: park until its window reopens (rate), or poll for a slot
-        freed elsewhere (concurrency) rather than spin or wait out the beat."""
+    def _hold_back(self, queue: str, limited: Limited) -> None:
+        """A limit refused the claim: claim the queue again when its window reopens (rate), or
+        poll for a slot freed elsewhere (concurrency), rather than spin or wait for a wake."""
         wait_ms = limited.retry_after_ms if limited.reason == "rate" else CEILING_POLL_MS
-        until = self.clock.monotonic() + max(1, wait_ms) / 1000
-        self.limited_until = min(until, self.limited_until or until)
+        self.agenda.held_back(queue, self.clock.monotonic() + max(1, wait_ms) / 1000)

@@ -116,6 +116,10 @@ class LeaseBook:
             if self._size == 0:
                 self._emptied.set()
 
+    def holds_on(self, queue: str) -> bool:
+        """Whether any lease is held on `queue`."""
+        return bool(self._by_queue.get(queue))
+
     def holds(self, lease: Lease) -> bool:
         return self._by_queue.get(lease.job.queue, {}).get(lease.job.id) is lease
 

@@ -23,13 +23,17 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, ClaimResult, handed_off_job
 from emq_worker.protocol.values import OfferTerms, new_nonce
 
-OFFER_SLACK_MS = 500
-"""An offer outlasts the park that follows its claim (at most a beat) by this much: the next
-claim withdraws it and leaves a new one, so it never lapses while the worker is parked."""
 OFFER_LEASE_SHARE = 3
-"""...but it lasts at most a third of the lease: the worker counts a job handed to it as leased
-from the moment the offer's claim was sent, so the job arrives with two thirds of its lease left
-as far as the worker knows, and the next renewal tick confirms it before its self-fence would."""
+"""An offer lasts a third of the lease: the worker counts a job handed to it as leased from the
+moment the offer's claim was sent, so the job arrives with two thirds of its lease left as far as
+the worker knows, and the next renewal tick confirms it before its self-fence would."""
+OFFER_SLACK_MS = 500
+"""A standing offer is renewed (a claim withdraws it and leaves a new one) this long before it
+lapses, or half its life before when that is shorter: it never lapses while the worker is parked,
+and an idle queue costs one claim per offer's life, not one per beat."""
+MAX_OFFERED_QUEUES = 8
+"""Only a worker's first queues (in the order given) get offers: each offer holds a slot and
+costs a claim per renewal, and the other queues are woken by their tokens just the same."""
 
 
 def offer_ms(settings: WorkerSettings, park_spans_slots: bool) -> int:
@@ -38,7 +42,7 @@ def offer_ms(settings: WorkerSettings, park_spans_slots: bool) -> int:
     after it took a hand-off."""
     if not settings.handoff or settings.burst or park_spans_slots:
         return 0
-    return min(settings.beat_ms + OFFER_SLACK_MS, settings.lease_ms // OFFER_LEASE_SHARE)
+    return settings.lease_ms // OFFER_LEASE_SHARE
 
 
 @dataclass(slots=True)
@@ -64,6 +68,8 @@ class Offers:
         self.offer_ms = offer_ms
         self._queues = {queue.name: queue for queue in queues}
         self._by_queue = {name: Offer(new_nonce()) for name in self._queues}
+        self._offered = set(list(self._queues)[:MAX_OFFERED_QUEUES])
+        self._renew_s = (offer_ms - min(OFFER_SLACK_MS, offer_ms // 2)) / 1000
 
     def reserved(self, other_than: str) -> int:
         """Slots held by offers that a claim on `other_than` does not withdraw."""
@@ -74,7 +80,7 @@ class Offers:
         but only with a slot to spare for each other queue that holds no offer (so an idle
         queue's offer never keeps a busy one from being claimed)."""
         offer = self._by_queue[queue]
-        offer_ms = self.offer_ms if may_offer else 0
+        offer_ms = self.offer_ms if may_offer and queue in self._offered else 0
         if not (offer.standing or offer_ms):
             return OfferTerms()
         others = sum(not other.standing for name, other in self._by_queue.items() if name != queue)
@@ -92,6 +98,11 @@ class Offers:
         offer.standing = result.offered
         if result.offered:
             offer.made_at = sent_at
+
+    def renew_at(self, queue: str) -> float | None:
+        """When the standing offer on `queue` is to be renewed (monotonic); None: none stands."""
+        offer = self._by_queue[queue]
+        return offer.made_at + self._renew_s if offer.standing else None
 
     def mailboxes(self, queues: Iterable[Queue]) -> list[str]:
         """The hand-off lists of the standing offers on `queues`."""

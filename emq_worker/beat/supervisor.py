@@ -1,9 +1,12 @@
 """The supervisor owns the beat: reap first, then promote, then drain, then park.
 
-Reap and promote run once per beat (upkeep.py). Drain claims as many ready jobs as there are free
-slots (drain.py). Park sleeps until the next beat or the next scheduled job is due; it returns
-early on a wake token (new work) or a job handed to this worker's offer (offers.py) when slots are
-free, or when a running job frees a slot while all are taken.
+Each pass tends the queues whose time has come (upkeep.py: a check of what is due, then the reap,
+promote or repeat scan it calls for), drains the queues the agenda wants claimed (drain.py), and
+parks. Park sleeps until the next beat or the next time the agenda (agenda.py) holds; it returns
+early on a wake token (new work on that queue) or a job handed to this worker's offer (offers.py)
+when slots are free, or when a running job frees a slot while all are taken. An idle worker thus
+costs one BLPOP per beat over all its wake keys, plus one check per queue per check window, shared
+by the fleet: never a reap, promote and claim per queue per beat.
 
 A failure that belongs to one queue (a wrong-typed key; on a cluster, the node owning the queue's
 slot down) rests that queue alone on its own backoff while the beat goes on with the others
@@ -17,6 +20,7 @@ import anyio
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from emq_worker.beat.agenda import Agenda, check_window_s
 from emq_worker.beat.drain import Drainer
 from emq_worker.beat.history import HistoryRecorder
 from emq_worker.beat.isolation import QueueIsolation
@@ -27,7 +31,7 @@ from emq_worker.beat.queue_health import backoff_s
 from emq_worker.beat.runner import JobRunner
 from emq_worker.beat.state import WorkerState
 from emq_worker.beat.upkeep import QueueUpkeep
-from emq_worker.beat.wakes import WakeWaiter
+from emq_worker.beat.wakes import Popped, WakeWaiter
 from emq_worker.jobs.repeat import RepeatFirer
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
@@ -36,6 +40,8 @@ from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.server.failures import RETRYABLE, describe, fatal, queue_scoped
 
 WITHDRAW_TIMEOUT_S = 5.0
+PRESENCE_SHARE = 3
+"""The worker's presence entries are refreshed every third of their TTL, not every beat."""
 
 
 class Supervisor:
@@ -53,6 +59,7 @@ class Supervisor:
         self.registry = registry
         self.client = client
         self.queues = queues
+        self._by_name = state.queues
         self.runner = runner
         self.book = state.book
         self.slots = state.slots
@@ -65,19 +72,21 @@ class Supervisor:
         self.notifier = notifier or Notifier()
         self._park_scope: anyio.CancelScope | None = None
         self._next_beat = 0.0
-        self._next_due: float | None = None
-        self._next_repeat: float | None = None
-        self.repeats = RepeatFirer(SnowflakeMinter(settings.node_id))
-        self._woken = False
+        self._next_presence = 0.0
         self.status = BeatStatus(
             self.notifier, [queue.name for queue in queues], settings.concurrency, self.log
         )
+        window_s = check_window_s(len(queues), settings.beat_ms / 1000, settings.lease_ms / 1000)
+        beat_s = settings.beat_ms / 1000
+        self.agenda = Agenda([queue.name for queue in queues], window_s, beat_s, state.rng)
+        self._by_wake = {queue.keys.wake: queue.name for queue in queues}
         self._wakes = WakeWaiter(client)
-        self.upkeep = QueueUpkeep(state, reap_max_attempts, self.log)
+        repeats = RepeatFirer(SnowflakeMinter(settings.node_id))
+        self.upkeep = QueueUpkeep(state, reap_max_attempts, self.log, self.agenda, repeats)
         self.isolation = QueueIsolation(client, queues, state.clock, state.rng, self.log)
-        spans_slots = self._wakes.spans_slots([queue.keys.wake for queue in queues])
+        spans_slots = self._wakes.spans_slots(list(self._by_wake))
         self.offers = Offers(queues, offer_ms(settings, spans_slots))
-        self.drainer = Drainer(state, runner, self.isolation, self.status, self.offers)
+        self.drainer = Drainer(state, runner, self.isolation, self.status, self.offers, self.agenda)
         self.history = HistoryRecorder(
             state.counters, registry.id if registry else "", settings.history_every_ms
         )
@@ -129,50 +138,55 @@ class Supervisor:
             self.counters.released += released
 
     async def _cycle(self, jobs: JobGroup) -> bool:
-        """One pass: the beat's reap and promote when due, a drain, and a park.
-        Returns True when nothing is held, pending or scheduled."""
+        """One pass: the beat's own chores when due, the queues' upkeep when due, a drain, and a
+        park. Returns True when nothing is held, pending or scheduled."""
         now = self.clock.monotonic()
         if now >= self._next_beat:
             self._next_beat = now + self.settings.beat_ms / 1000
-            await self.reap()
-            await self.promote()
-            await self.fire_repeats()
-            await self.announce()
             if self.history.due(now):
                 await self.record_history(now)
             self.status.report(now, len(self.book), self.counters.completed)
-        elif self._next_due is not None and now >= self._next_due:
-            await self.promote()  # a scheduled job fell due between beats
-        if self._next_repeat is not None and now >= self._next_repeat:
-            await self.fire_repeats()  # a repeat fell due between beats
+            if now >= self._next_presence:
+                await self.announce()
+        if self.settings.burst:
+            self.agenda.eager(now)  # a burst worker sees every queue for itself, every pass
+        await self.tend()
         drained = await self.drainer.drain(jobs)
-        if self._woken and drained.claimed == 0:
-            # Woken with nothing to claim: the wake announced a scheduled job (or a retry
-            # scheduled by a worker), or a repeat registered or resumed; promote and the repeat
-            # firer learn their due times so the park ends on time.
-            await self.promote()
-            await self.fire_repeats()
-        self._woken = False
-        idle = drained.claimed == 0 and len(self.book) == 0 and self._next_due is None
-        idle = idle and self.drainer.limited_until is None  # held back by a limit is not idle
+        await self.tend_woken_dry()
+        idle = drained.claimed == 0 and len(self.book) == 0 and not self.agenda.scheduled()
+        idle = idle and not self.agenda.holding()  # held back by a limit is not idle
         idle = idle and not self.isolation.health.resting()  # nor is a queue that failed
         if idle and self.settings.burst:
             released = self.upkeep.released_parents
-            await self.promote()  # a job failed since the beat may have been scheduled
+            await self.tend(force=True)  # a job failed since the check may have been scheduled
             # (and a flow outbox swept: a parent it released is work too)
-            idle = self._next_due is None and self.upkeep.released_parents == released
+            idle = not self.agenda.scheduled() and self.upkeep.released_parents == released
         if not drained.more and not (idle and self.settings.burst):
             await self.park(jobs)
         return idle
 
-    async def reap(self) -> None:
-        """Reap in short bounded batches until caught up, or until half a beat has gone: a backlog
-        of expired leases (a crashed worker held thousands) comes back within a beat or two,
-        while no single call holds the server for long."""
+    async def tend(self, *, force: bool = False) -> None:
+        """Every queue's upkeep that is due (all of it with `force` or in burst mode). Reaps run
+        in short bounded batches until caught up, or until half a beat has gone: a backlog of
+        expired leases (a crashed worker held thousands) comes back within a beat or two, while
+        no single call holds the server for long."""
+        force = force or self.settings.burst
         budget_ends = self.clock.monotonic() + self.settings.beat_ms / 2000
         for queue in self.isolation.ready():
             with self.isolation.isolated(queue):
-                await self.upkeep.reap(queue, budget_ends)
+                busy = self.book.holds_on(queue.name)
+                await self.upkeep.tend(queue, budget_ends, force=force, busy=busy)
+
+    async def tend_woken_dry(self) -> None:
+        """A wake token that found nothing to claim announced a due time (a job scheduled for
+        later, a retry, a repeat registered or resumed): promote and scan repeats on its queue
+        now, so the park ends on time."""
+        for name in self.agenda.woken_dry():
+            queue = self._by_name[name]
+            if queue in self.isolation.ready():
+                with self.isolation.isolated(queue):
+                    await self.upkeep.promote(queue)
+                    await self.upkeep.fire_repeats(queue)
 
     async def announce(self) -> None:
         """Refresh this worker's presence on the queues not resting. A node lost since they
@@ -180,6 +194,7 @@ class Supervisor:
         several beats, so the worker skips this one rather than back off as a whole."""
         if self.registry is None:
             return
+        self._next_presence = self.clock.monotonic() + self.registry.ttl_ms / 1000 / PRESENCE_SHARE
         serving = {queue.name for queue in self.isolation.ready()}
         book = self.book
         presence = Presence(
@@ -214,36 +229,14 @@ class Supervisor:
                 self._name_queues = False
             self.log.warning("queues_not_named", error=describe(exc), retry=self._name_queues)
 
-    async def promote(self) -> None:
-        soonest: int | None = None
-        for queue in self.isolation.ready():
-            with self.isolation.isolated(queue):
-                due = await self.upkeep.promote(queue)
-                if due is not None:
-                    soonest = due if soonest is None else min(soonest, due)
-        self._next_due = None if soonest is None else self.clock.monotonic() + soonest / 1000
-
-    async def fire_repeats(self) -> None:
-        """Mint the due occurrences of every repeatable job; learn when the next one is due."""
-        soonest: int | None = None
-        for queue in self.isolation.ready():
-            with self.isolation.isolated(queue):
-                due_in = await self.repeats.fire(queue)
-                if due_in is not None:
-                    soonest = due_in if soonest is None else min(soonest, due_in)
-        self._next_repeat = None if soonest is None else self.clock.monotonic() + soonest / 1000
-
     async def park(self, jobs: JobGroup) -> None:
-        """Sleep until the next beat, due job or repeat, or the end of a limit's hold; a wake
-        token, a job handed to this worker, or a freed slot ends it early."""
+        """Sleep for a beat, or until the agenda's next time or the end of a resting queue's
+        pause; a wake token, a job handed to this worker, or a freed slot ends it early."""
         now = self.clock.monotonic()
-        times = (
-            self._next_due,
-            self._next_repeat,
-            self.drainer.limited_until,
-            self.isolation.next_retry(),
-        )
-        until = min([self._next_beat, *(t for t in times if t is not None)])
+        times = (self.agenda.next_time(now), self.isolation.next_retry())
+        # At most a beat from now (not from the beat's start): a park that ends for the agenda
+        # starts a fresh beat-long one, so an idle worker sends about one BLPOP per beat.
+        until = min([now + self.settings.beat_ms / 1000, *(t for t in times if t is not None)])
         timeout = until - now
         if timeout <= 0 or self.stop.requested:
             return
@@ -255,13 +248,25 @@ class Supervisor:
                         await self.slots.arm().wait()
                 else:
                     popped = await self.isolation.park(self._wakes, timeout, self.offers)
-                    handed = None if popped is None else self.offers.received(*popped)
-                    if handed is not None:
-                        self.drainer.start_handed_off(jobs, handed)
-                    # A wake token may announce a scheduled job (see _cycle); a hand-off never.
-                    self._woken = popped is not None and handed is None
+                    self.heard(jobs, popped)
             finally:
                 self._park_scope = None
+
+    def heard(self, jobs: JobGroup, popped: Popped | None) -> None:
+        """What a park brought: a job handed to this worker starts now (and its queue is claimed
+        next, to offer again); a wake token has its queue claimed next. So have the queues whose
+        wake keys the park could not watch to the end (a cluster's several BLPOPs)."""
+        for key in self._wakes.unwatched:
+            if key in self._by_wake:
+                self.agenda.woken(self._by_wake[key])
+        if popped is None:
+            return
+        handed = self.offers.received(*popped)
+        if handed is not None:
+            self.drainer.start_handed_off(jobs, handed)
+            self.agenda.want(handed.job.queue)
+        elif popped[0] in self._by_wake:
+            self.agenda.woken(self._by_wake[popped[0]])
 
     async def _sleep_unless_stopped(self, seconds: float) -> None:
         with anyio.CancelScope() as scope:

@@ -9,8 +9,10 @@ and re-opened by the next park: an idle worker pays nothing (every BLPOP times o
 the server), a woken one pays one reconnect per other parked slot. A token a cancelled BLPOP had
 already taken is lost, which costs nothing: the woken worker drains every queue next.
 
-At most MAX_PARKED slots are parked on at once; with more queues the window rotates each park,
-and a queue outside the window is still drained every pass (a wake only shortens the wait).
+At most MAX_PARKED slots are parked on at once; with more queues the window rotates each park.
+After each park, `unwatched` names the keys that were not waited on to the end: those outside the
+window, and those whose BLPOP was cancelled (it may have taken a token that is now lost). The
+supervisor treats their queues as woken: it claims them on the next pass, as if a token came.
 
 A clustered BLPOP whose node cannot be reached (or whose slot is moving) ends the park with
 `ParkUnavailableError` naming its keys, so that only the queues on that slot rest
@@ -52,6 +54,8 @@ class WakeWaiter:
         self.client = client
         self.clustered = as_cluster(client) is not None
         self._rotation = 0
+        self.unwatched: list[str] = []
+        """The keys the last wait did not watch to its end (a cluster's several BLPOPs)."""
 
     def spans_slots(self, keys: Sequence[str]) -> bool:
         """True when a park on `keys` takes several BLPOPs (a cluster, keys on several slots)."""
@@ -60,8 +64,11 @@ class WakeWaiter:
     async def wait(self, keys: Sequence[str], timeout_s: float) -> Popped | None:
         seconds = max(0.01, round(timeout_s, 3))
         groups = by_slot(keys) if self.clustered else [list(keys)]
+        self.unwatched = []
         if len(groups) > 1:
-            return await self._first_of(self._window(groups), seconds)
+            window = self._window(groups)
+            self.unwatched = [key for group in groups if group not in window for key in group]
+            return await self._first_of(window, seconds)
         try:
             return popped(await self.client.blpop(groups[0], timeout=seconds))
         except ClusterUnavailableError as exc:
@@ -81,11 +88,14 @@ class WakeWaiter:
         offers: a job handed to it could be lost the same way, until the reaper.)"""
         woken: Popped | None = None
         failure: RedisError | None = None
+        cut_short = [key for group in groups for key in group]
 
         async def park_on(group: list[str], scope: anyio.CancelScope) -> None:
             nonlocal woken, failure
             try:
                 taken = popped(await self.client.blpop(group, timeout=seconds))
+                for key in group:
+                    cut_short.remove(key)
                 if taken is not None:
                     woken = woken or taken
                     scope.cancel()
@@ -99,6 +109,7 @@ class WakeWaiter:
         async with anyio.create_task_group() as group_tasks:
             for group in groups:
                 group_tasks.start_soon(park_on, group, group_tasks.cancel_scope)
+        self.unwatched += cut_short
         if failure is not None and woken is None:
             raise failure
         return woken

@@ -100,7 +100,7 @@ class Worker:
         client = self._client or connect(
             settings.redis_url,
             settings.wire_version,
-            socket_timeout_s=settings.beat_ms / 1000 + 10,
+            socket_timeout_s=settings.socket_timeout_ms / 1000,
         )
         try:
             await self._run(client)

@@ -118,7 +118,7 @@ def main() -> None:
     envvar="EMQ_BEAT_MS",
     default=DEFAULTS.beat_ms,
     show_default=True,
-    help="Reap and promote cadence; the longest park.",
+    help="The longest park; each queue is checked (reaped) at least once per beat x queues / 10.",
 )
 @click.option(
     "--renew-every-ms",

@@ -161,9 +161,11 @@ async def search(request: Request) -> Response:
     async with client.pipeline(transaction=False) as pipe:
         for name in names:
             keys = QueueKeys.of(name)
-            pipe.exists(keys.job(job_id), keys.receipt(job_id))
+            pipe.exists(keys.job(job_id))
+            pipe.hexists(*keys.receipt(job_id))
         replies = await pipe.execute()
-    found = [name for name, hits in zip(names, replies, strict=True) if hits]
+    hits = [row or receipt for row, receipt in zip(replies[::2], replies[1::2], strict=True)]
+    found = [name for name, hit in zip(names, hits, strict=True) if hit]
     if len(found) == 1:
         return RedirectResponse(f"/queues/{found[0]}/jobs/{job_id}", status_code=303)
     return render(request, "search.html", wanted=job_id, found=found, searched=len(names))

@@ -251,7 +251,7 @@ class LeaseTracker:
     async def _how_it_ended(self, keys: QueueKeys, lease: Lease, now_ms: int) -> str:
         row = keys.job(lease.job_id)
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.get(keys.receipt(lease.job_id))
+            pipe.hget(*keys.receipt(lease.job_id))
             pipe.exists(row)
             receipt, exists = await pipe.execute()
         if receipt is not None:

@@ -53,6 +53,8 @@ class QueueKeys:
     """ZSET of the workers announcing themselves on the queue (score: their last beat, ms)."""
     settled_log: str
     """LIST of the jobs workers settled lately, newest first (JSON; see lua/history.lua)."""
+    upkeep: str
+    """STRING: the fleet's note that a check found nothing due on the queue (see lua/upkeep.lua)."""
 
     @classmethod
     def of(cls, queue: str) -> QueueKeys:
@@ -73,6 +75,7 @@ class QueueKeys:
             offers=p + "offers",
             workers=p + "workers",
             settled_log=p + "history:settled",
+            upkeep=p + "upkeep",
         )
 
     def job(self, job_id: str) -> str:
@@ -81,8 +84,11 @@ class QueueKeys:
     def lock(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}:lock"
 
-    def receipt(self, job_id: str) -> str:
-        return f"{self.prefix}job:{job_id}:receipt"
+    def receipt(self, job_id: str) -> tuple[str, str]:
+        """Where the settle receipt of `job_id` is: a hash shared with the ids that differ only
+        in their last character, and the field named by that character
+        (lua/includes/receipts.lua)."""
+        return f"{self.prefix}receipts:{job_id[:-1]}", job_id[-1:]
 
     def logs(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}:logs"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from redis.asyncio import Redis
+from redis.exceptions import ExecAbortError, OutOfMemoryError
 
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.names import JobId, JobState
@@ -21,7 +22,7 @@ from emq_worker.protocol.replies import (
     settle_results,
     text,
 )
-from emq_worker.protocol.scripts import ArgValue, Scripts
+from emq_worker.protocol.scripts import ArgValue, Scripts, wake_cap
 from emq_worker.protocol.values import (
     DEFAULT_COMPLETED_TTL_MS,
     ENQUEUE_MEMO_MS,
@@ -97,11 +98,16 @@ class Queue:
         nonce: str | None = None,
         offer: OfferTerms | None = None,
         suspect_room: int = 1,
+        *,
+        clear_wake: bool = False,
+        memo_ms: int | None = None,
     ) -> ClaimResult:
         """Lease up to `count` ready jobs, at most `suspect_room` suspects among them (more only
         once they have waited half a lease). With `offer`, first take over what was handed to the
         worker's standing offer (when `offer.standing`), and leave a new offer if pending runs
-        dry (when `offer.offer_ms` > 0): see lua/claim.lua."""
+        dry (when `offer.offer_ms` > 0). `clear_wake` (the worker was woken by this queue's
+        token): finding pending empty deletes the wake list's stale tokens. The call's memo
+        answers a re-send for `memo_ms` (default and at most: the lease). See lua/claim.lua."""
         nonce = nonce or new_nonce()
         k = self.keys
         terms = offer or NO_OFFER
@@ -119,6 +125,8 @@ class Queue:
                 int(terms.standing),
                 terms.room,
                 suspect_room,
+                "1" if clear_wake else "",
+                lease_ms if memo_ms is None else memo_ms,
             ],
         )
         return claim_result(self.name, nonce, reply)
@@ -301,7 +309,17 @@ class Queue:
         await self.client.hset(self.keys.meta, "paused", "1")
 
     async def resume(self) -> None:
+        """Unpause, then push one wake token: a parked worker claims the jobs waiting at once
+        instead of at its next check. A server out of memory refuses the token (it may not
+        refuse the unpause): the next check finds the jobs then."""
         await self.client.hdel(self.keys.meta, "paused")
+        try:
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.lpush(self.keys.wake, "1")
+                pipe.ltrim(self.keys.wake, 0, wake_cap() - 1)
+                await pipe.execute()
+        except (OutOfMemoryError, ExecAbortError):
+            return
 
     async def counts(self) -> Counts:
         k = self.keys

@@ -57,6 +57,7 @@ VERBS: Final = (
     "joblog",
     "repeat",
     "repeat_due",
+    "upkeep",
     "drain",
     "obliterate",
     "history",
@@ -71,7 +72,18 @@ VERBS: Final = (
 """Every verb with a script, `lua/<verb>.lua`; each is built and loaded at start-up."""
 
 RESENDABLE: Final = frozenset(
-    {"renew", "claim", "settle", "enqueue", "reap", "promote", "flow", "flow_deliver", "flow_ack"}
+    {
+        "renew",
+        "claim",
+        "settle",
+        "enqueue",
+        "reap",
+        "promote",
+        "upkeep",
+        "flow",
+        "flow_deliver",
+        "flow_ack",
+    }
 )
 """The verbs re-sent once on a fresh connection when theirs is lost, also after the server may
 have run the first sending (its reply lost): a second delivery is harmless by construction.
@@ -79,8 +91,8 @@ renew sets the same deadline-from-now for the same token and nonce; claim replie
 nonce's memo lists; settle finds its receipt and replies 'settled'; enqueue finds the rows its ids
 already wrote (a duplicate, never a second row); reap and promote move only what is due by the
 server clock, as the next beat would; flow finds its memo as enqueue does; flow_deliver counts a
-child once (its id guards each count) and flow_ack removes an entry by its value. The others
-(release, withdraw, remove, reprocess, progress, joblog, repeat, repeat_due) are sent once: see
+child once (its id guards each count) and flow_ack removes an entry by its value; upkeep only
+reads, and notes a check that found nothing due. The others (release, withdraw, remove, reprocess, progress, joblog, repeat, repeat_due) are sent once: see
 docs/protocol.md, section 6."""
 
 ArgValue = str | bytes | int

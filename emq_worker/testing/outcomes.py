@@ -14,7 +14,8 @@ from emq_worker.protocol.queue import Queue
 class JobOutcome:
     """`state` is `completed` (the row is gone; its settle receipt, or its completion tombstone,
     says so), `dead`, `pending`, `active`, `scheduled`, or `absent` (no trace: removed, never
-    enqueued, or completed longer ago than the receipt lasts, a minute at least)."""
+    enqueued, or completed longer ago than the receipt lasts: the worker's settle timeout and
+    5 s, 15 s by default)."""
 
     job_id: str
     state: str
@@ -29,7 +30,7 @@ async def outcome(queue: Queue, job_id: str) -> JobOutcome:
     keys, client = queue.keys, queue.client
     async with client.pipeline(transaction=True) as pipe:
         pipe.hmget(keys.job(job_id), Field.STATE, Field.ATTEMPTS, Field.LAST_ERROR)
-        pipe.get(keys.receipt(job_id))
+        pipe.hget(*keys.receipt(job_id))
         pipe.get(f"{keys.prefix}idem:{checked_job_id(job_id)}")
         (state, attempts, last_error), receipt, tombstone = await pipe.execute()
     if state is not None:

@@ -7,6 +7,7 @@
 -- KEYS[5] = emq:{q}:limiter (the rate limit's counter: jobs leased in the current window)
 -- KEYS[6] = emq:{q}:suspects (SET of ids reap.lua marked: see 'Suspects' below)
 -- KEYS[7] = emq:{q}:offers (ZSET of hand-off offers: see 'offered' below; PX the longest offer)
+-- KEYS[8] = emq:{q}:wake (DELeted by a claim that finds pending empty with ARGV[10] = '1')
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = lease_ms (> 0): the deadline is server TIME + lease_ms
 -- ARGV[3] = count (>= 0): the most jobs to lease
@@ -20,6 +21,13 @@
 --           unleased (the worker keeps a slot for each of its other queues as well)
 -- ARGV[9] = suspect room (>= 0; absent: 1): how many suspects this claim may lease beside the
 --           rest; the worker sends 0 while it holds a suspect (see 'Suspects' below)
+-- ARGV[10] = '1' when a wake token of this queue woke the worker (absent: ''): a claim that then
+--           finds pending empty deletes the wake list. Its tokens announced jobs that are gone
+--           (claimed by whoever came first) or a due time the woken worker now reads itself
+--           (it promotes and scans repeats when it claims nothing); kept, each would wake a parked
+--           worker for nothing, one at a time. A token pushed after this call is not touched.
+-- ARGV[11] = memo_ms (absent: lease_ms): how long the memo (below) answers a re-sent claim, at
+--           most lease_ms: the longest a re-send can come after the first sending
 --
 -- Reply: an array {status, phantoms, id1, payload1, attempts1, id2, ..., [suspect ids]}
 --   status   = 'ok'; 'offered': ok, and an offer now stands (below); 'paused' when meta.paused
@@ -56,7 +64,7 @@
 -- it is a plain counter, else by HINCRBY, which refuses a value that is not an integer), sets
 -- state 'active', scores the id in active at the deadline and sets the lock subkey with PX
 -- 2 x lease_ms. The ids leased are kept
--- in emq:{q}:claim:<nonce> (PX lease_ms): a claim re-sent with the same nonce (the client retried
+-- in emq:{q}:claim:<nonce> (PX memo_ms): a claim re-sent with the same nonce (the client retried
 -- after a lost reply) returns the jobs the first one leased and still holds, without checking
 -- pause again, instead of stranding them until the reaper; the jobs it returns that are still
 -- suspects are listed again in the trailing array.
@@ -89,6 +97,8 @@ local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), AR
 local offer_nonce, offer_ms, withdraw = ARGV[5] or '', tonumber(ARGV[6]) or 0, ARGV[7] == '1'
 local room = tonumber(ARGV[8]) or 1
 local suspect_room = tonumber(ARGV[9]) or 1
+local clear_wake = ARGV[10] == '1'
+local memo_ms = math.min(lease, tonumber(ARGV[11]) or lease)
 local offer = offer_nonce .. ':' .. lease
 local memo = p .. 'claim:' .. nonce
 local MAX_PAYLOAD_BYTES = 16777216 -- emq_worker.payload_limits.MAX_PAYLOAD_BYTES (16 MiB)
@@ -152,7 +162,7 @@ local function remember()
     redis.call('RPUSH', memo, unpack(claimed, first, math.min(first + 499, #claimed)))
   end
   if #claimed > 0 then
-    redis.call('PEXPIRE', memo, lease)
+    redis.call('PEXPIRE', memo, memo_ms)
   end
 end
 -- A refusal after a take-over still replies the jobs taken over: {status, 0, [retry_after_ms,
@@ -231,6 +241,9 @@ end
 if #ready == 0 and lanes_used == 0 then
   if count > 0 then
     stand_ready(0)
+    if clear_wake then
+      redis.call('DEL', KEYS[8])
+    end
   end
   remember()
   return reply

@@ -31,67 +31,14 @@
 -- Events: 'reaped' per job reaped (outcome pending or dead; error for dead), only while someone
 -- subscribes to p.."events".
 --- @include now_ms
---- @include fence
---- @include events
---- @include strays
---- @include flows
---- @include lanes
--- Our scripts remove a suspect whenever its job leaves; a member another client's settle or
--- obliterate left behind goes with the set a day after the last suspect was added.
-local SUSPECTS_TTL_MS = 86400000
-local p, batch, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local now = now_ms()
-local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
-local expired = in_state(p, KEYS[1], found, 'active') -- strays are dropped, uncounted
-local listeners = #expired > 0 and listening(p)
-local returned, dead, phantoms, released, rung = 0, 0, 0, 0, 0
-local reaped = {}
-for _, id in ipairs(expired) do
-  redis.call('ZREM', KEYS[1], id)
-  local row = p .. 'job:' .. id
-  local fields = redis.call('HMGET', row, 'attempts', 'attempts_base', 'group', 'priority')
-  if not fields[1] then
-    phantoms = phantoms + 1
-    redis.call('SREM', KEYS[6], id)
-  elseif tonumber(fields[1]) - tonumber(fields[2] or '0') >= max then
-    local reason = 'lease expired on attempt ' .. fields[1] .. ' (max_attempts ' .. max .. ')'
-    redis.call('ZADD', KEYS[3], 0, id)
-    redis.call('HSET', row, 'state', 'dead', 'last_error', reason)
-    redis.call('HINCRBY', KEYS[4], 'count', 1)
-    redis.call('SREM', KEYS[6], id)
-    if fields[3] then
-      rung = rung + lane_left(p, fields[3])
-    end
-    dead = dead + 1
-    released = released + flow_failed(p, row, id, reason)
-    if listeners then
-      emit(p, 'reaped', id, fields[1], now, {outcome = 'dead', error = reason})
-    end
-    reaped[#reaped + 1] = id
-    reaped[#reaped + 1] = 'dead'
-  else
-    make_ready(p, KEYS[2], id, fields[3], fields[4], true)
-    redis.call('HSET', row, 'state', 'pending', 'reaped_at', now)
-    local reaps = redis.call('HINCRBY', row, 'reaps', 1)
-    if reaps >= 2 or tonumber(fields[1]) - tonumber(fields[2] or '0') + 1 >= max then
-      redis.call('SADD', KEYS[6], id)
-      redis.call('PEXPIRE', KEYS[6], SUSPECTS_TTL_MS)
-    end
-    returned = returned + 1
-    if listeners then
-      emit(p, 'reaped', id, fields[1], now, {outcome = 'pending'})
-    end
-    reaped[#reaped + 1] = id
-    reaped[#reaped + 1] = 'pending'
-  end
-  redis.call('DEL', row .. ':lock')
-end
-wake(KEYS[5], returned + released + rung)
-local more = 0
-if #found == batch then
-  more = 1
-end
-local reply = {returned, dead, phantoms, more}
+--- @include reaping
+local keys = {
+  active = KEYS[1], pending = KEYS[2], dead = KEYS[3], failed = KEYS[4], wake = KEYS[5],
+  suspects = KEYS[6],
+}
+local returned, dead, phantoms, more, reaped =
+  reap_due(ARGV[1], keys, tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
+local reply = {returned, dead, phantoms, more and 1 or 0}
 for i = 1, #reaped do
   reply[4 + i] = reaped[i]
 end

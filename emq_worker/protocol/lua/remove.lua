@@ -12,7 +12,7 @@
 -- ARGV[4] = "dead" to remove the job only while it is in dead (purging the morgue), "pending" only
 --           while it is in pending (emptying a queue), or ""
 --
--- Reply: 1 removed (the row, its lock, logs and receipt subkeys, a flow parent's subkeys
+-- Reply: 1 removed (the row, its lock and logs subkeys, its receipt, a flow parent's subkeys
 --        (includes/flows.lua), and its idem:<id> key);
 --        0 the row was gone, but either the id was still a member of a set (EchoMQ's late complete
 --        of a job we dead-lettered deletes only the row: those members and subkeys are removed),
@@ -29,6 +29,7 @@
 --- @include holds
 --- @include flows
 --- @include lanes
+--- @include receipts
 local p, id, did = ARGV[1], ARGV[2], ARGV[3]
 local row, idem = p .. 'job:' .. id, p .. 'idem:' .. id
 if redis.call('EXISTS', row) == 0 then
@@ -38,7 +39,8 @@ if redis.call('EXISTS', row) == 0 then
   end
   redis.call('SREM', KEYS[5], id)
   if members > 0 then
-    redis.call('DEL', row .. ':lock', row .. ':logs', row .. ':receipt')
+    redis.call('DEL', row .. ':lock', row .. ':logs')
+    redis.call('HDEL', receipts_key(p, id), receipt_field(id))
   end
   local forgot = false
   if ARGV[4] == '' then
@@ -77,6 +79,7 @@ if did ~= '' and redis.call('GET', p .. 'de:' .. did) == id then
   redis.call('DEL', p .. 'de:' .. did)
 end
 redis.call('SREM', KEYS[5], id)
-redis.call('DEL', row, row .. ':lock', row .. ':logs', row .. ':receipt', idem)
+redis.call('DEL', row, row .. ':lock', row .. ':logs', idem)
+redis.call('HDEL', receipts_key(p, id), receipt_field(id))
 flow_retire(row)
 return 1

@@ -11,7 +11,9 @@
 --           other suspects remain, one wake token per suspect settled, so a worker that may now
 --           take one claims without waiting for its beat)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
--- ARGV[2] = receipt_ms: how long each holder's receipt answers a re-sent settle
+-- ARGV[2] = receipt_ms: how long each holder's receipt answers a re-sent settle (the receipts'
+--           hash, p.."receipts:"..<id but its last character>, lives this long after its last
+--           write: lua/includes/receipts.lua)
 -- ARGV[3] = completed_ttl_ms: the completion window. A completed job enqueued with a chosen id
 --           (p.."idem:"..id = "live" exists) or a dedup id (its `dedup` field, while de:<dedup>
 --           names it) gets the tombstone idem:<id> = "completed" PX completed_ttl_ms; de:<dedup>
@@ -62,6 +64,7 @@
 local p, receipt_ms, completed_ttl, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local reply, completed, woken, scheduled, cleared = {}, 0, 0, 0, 0
 local now = nil
+local receipt_hashes, receipt_hash_seen = {}, {}
 
 local cancels = redis.call('SCARD', KEYS[6]) > 0
 local suspects = redis.call('SCARD', KEYS[7]) > 0
@@ -74,7 +77,12 @@ local function answer(row, id, token, nonce, outcome)
   if suspects then
     cleared = cleared + redis.call('SREM', KEYS[7], id)
   end
-  redis.call('SET', row .. ':receipt', token .. ':' .. nonce .. ':' .. outcome, 'PX', receipt_ms)
+  local hash = receipts_key(p, id)
+  redis.call('HSET', hash, receipt_field(id), token .. ':' .. nonce .. ':' .. outcome)
+  if not receipt_hash_seen[hash] then
+    receipt_hash_seen[hash] = true
+    receipt_hashes[#receipt_hashes + 1] = hash
+  end
   reply[#reply + 1] = 'ok'
   reply[#reply + 1] = outcome
 end
@@ -250,6 +258,10 @@ for i = failures_from, #ARGV, 7 do
 end
 if completed > 0 then
   redis.call('HINCRBY', KEYS[1], 'count', completed)
+end
+-- Each receipts hash written lives receipt_ms from now (one PEXPIRE per hash, not per job).
+for _, hash in ipairs(receipt_hashes) do
+  redis.call('PEXPIRE', hash, receipt_ms)
 end
 -- One wake per job back in pending, and one in all for retries scheduled later: a parked worker
 -- learns their due time and parks until exactly then instead of a whole beat. One per suspect

@@ -1,4 +1,5 @@
 --- @include wake
+--- @include receipts
 -- fence(p, id, token, nonce): is the holder of (token, nonce) still the owner of job `id`?
 -- Returns: row key, row state, and nil when the holder may write, then the row's dedup id, its
 -- group and its flow link {parent, parent_queue} (read in the same HMGET, so a completion that
@@ -42,7 +43,7 @@ local function settle_admit(p, id, token, nonce)
   if not verdict and state == 'active' and redis.call('ZREM', p .. 'active', id) == 1 then
     return row, nil, dedup, group, true, link
   end
-  local receipt = redis.call('GET', p .. 'job:' .. id .. ':receipt')
+  local receipt = receipt_of(p, id)
   local mine = token .. ':' .. nonce .. ':'
   if receipt and string.sub(receipt, 1, #mine) == mine then
     return nil, {'settled', string.sub(receipt, #mine + 1)}

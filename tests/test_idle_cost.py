@@ -1,0 +1,98 @@
+"""What an idle fleet asks of the server, counted by INFO commandstats (commands run inside
+scripts included) on a server of its own, over a window: a count, not a timing.
+
+Issue 22's targets: one idle worker serving 100 queues makes under 200 commands/s; eight idle
+workers on one queue make under 50 commands/s in all. Before, every worker reaped, promoted,
+scanned repeats and claimed every queue every beat (about 27 commands per queue per worker per
+second), and wake tokens left over from a backlog (up to 64 per queue) were popped one per park,
+each followed by a claim on every queue: a worker on 100 such queues spun for minutes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from emq_worker import App, WorkerSettings
+from emq_worker.protocol.keys import QueueKeys
+from tests.support.commands import commands_in, parked
+from tests.support.running import running_worker
+from tests.support.server import RedisServer
+from tests.support.wait import eventually
+
+pytestmark = pytest.mark.slow
+
+WINDOW_S = 11.0
+"""A check window of 100 queues at the default beat (10 beats of 1 s) and an offer's renewal (a
+third of the default lease, 10 s), with a beat to spare."""
+STALE_TOKENS = 64
+"""What a backlog leaves on a queue's wake list when no worker was parked: the list's cap."""
+
+
+@pytest.fixture
+def idle_server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "idle") as server:
+        yield server
+
+
+@pytest.fixture
+async def observer(idle_server: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(idle_server.url, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+def per_second(counts: dict[str, int], window_s: float) -> float:
+    return sum(counts.values()) / window_s
+
+
+async def test_one_idle_worker_serving_100_queues_makes_under_200_commands_a_second(
+    idle_server: RedisServer, observer: Redis
+) -> None:
+    queues = tuple(f"idle-{n}" for n in range(100))
+    settings = WorkerSettings(queues=queues, redis_url=idle_server.url, concurrency=100)
+    async with running_worker(settings, App()):
+        await parked(observer)
+        counts = await commands_in(observer, WINDOW_S)
+    rate = per_second(counts, WINDOW_S)
+    assert rate < 200, f"{rate:.0f} commands/s; most called: {counts.most_common(8)}"
+
+
+async def test_eight_idle_workers_on_one_queue_make_under_50_commands_a_second_in_all(
+    idle_server: RedisServer, observer: Redis
+) -> None:
+    settings = WorkerSettings(queues=("idle",), redis_url=idle_server.url)
+    async with AsyncExitStack() as stack:
+        for _ in range(8):
+            await stack.enter_async_context(running_worker(settings, App()))
+        await parked(observer, workers=8)
+        counts = await commands_in(observer, WINDOW_S)
+    rate = per_second(counts, WINDOW_S)
+    assert rate < 50, f"{rate:.0f} commands/s; most called: {counts.most_common(8)}"
+
+
+async def test_wake_tokens_a_backlog_left_behind_are_cleared_not_worked_through(
+    idle_server: RedisServer, observer: Redis
+) -> None:
+    """Each queue's stale tokens cost one wake (its claim finds pending empty and deletes the
+    rest), not 64 wakes each followed by a claim on every queue."""
+    queues = tuple(f"stale-{n}" for n in range(20))
+    wake_keys = [QueueKeys.of(name).wake for name in queues]
+    for key in wake_keys:
+        await observer.lpush(key, *["1"] * STALE_TOKENS)
+    settings = WorkerSettings(queues=queues, redis_url=idle_server.url, concurrency=100)
+    async with running_worker(settings, App()):
+
+        async def all_cleared() -> bool:
+            return await observer.exists(*wake_keys) == 0
+
+        await eventually(all_cleared, timeout=10, what="the stale wake tokens cleared")
+        await parked(observer)
+        window_s = 3.0
+        counts = await commands_in(observer, window_s)
+    rate = per_second(counts, window_s)
+    assert rate < 200, f"{rate:.0f} commands/s; most called: {counts.most_common(8)}"
