@@ -57,6 +57,9 @@ class Job:
     expired: bool = False
     due: bool = False
     reaps: int = 0
+    base: int = 0
+    """Attempts that do not count against the retry budget (`attempts_base`): a job handed to an
+    offer and withdrawn before it started."""
     suspect: bool = False
     """Reaped back to pending a second time, or before its last attempt: at most one per claim
     until it is settled or dead."""
@@ -191,6 +194,7 @@ class Protocol(RuleBasedStateMachine):
         for job_id in back:
             job = self.jobs[job_id]
             job.state, job.holder, job.expired = "pending", None, False
+            job.base += 1
 
     @precondition(lambda self: self.leases)
     @rule(pick=st.integers(0, 10_000))
@@ -220,7 +224,7 @@ class Protocol(RuleBasedStateMachine):
         lease = self.leases[pick % len(self.leases)]
         failure = Failure(lease, delay, max_attempts, "boom")
         [result] = self.run(self.queue.settle, [failure], RECEIPT_MS)
-        if lease.token >= max_attempts:
+        if lease.token - self.jobs[lease.id].base >= max_attempts:
             outcome = "dead"
         else:
             outcome = "pending" if delay <= 0 else "scheduled"
@@ -250,11 +254,12 @@ class Protocol(RuleBasedStateMachine):
         expected = {}
         for job_id, job in self.jobs.items():
             if job.state == "active" and job.expired:
-                job.state = "dead" if job.attempts >= REAP_CAP else "pending"
+                spent = job.attempts - job.base
+                job.state = "dead" if spent >= REAP_CAP else "pending"
                 job.holder, job.expired = None, False
                 if job.state == "pending":
                     job.reaps += 1
-                    job.suspect = job.reaps >= 2 or job.attempts + 1 >= REAP_CAP
+                    job.suspect = job.reaps >= 2 or spent + 1 >= REAP_CAP
                 else:
                     job.suspect = False
                 expected[job_id] = job.state
