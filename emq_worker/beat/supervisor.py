@@ -150,6 +150,7 @@ class Supervisor:
                 await self.announce()
         if self.settings.burst:
             self.agenda.eager(now)  # a burst worker sees every queue for itself, every pass
+        released = self.upkeep.released_parents
         await self.tend()
         drained = await self.drainer.drain(jobs)
         await self.tend_woken_dry()
@@ -157,10 +158,11 @@ class Supervisor:
         idle = idle and not self.agenda.holding()  # held back by a limit is not idle
         idle = idle and not self.isolation.health.resting()  # nor is a queue that failed
         if idle and self.settings.burst:
-            released = self.upkeep.released_parents
             await self.tend(force=True)  # a job failed since the check may have been scheduled
-            # (and a flow outbox swept: a parent it released is work too)
-            idle = not self.agenda.scheduled() and self.upkeep.released_parents == released
+            idle = not self.agenda.scheduled()
+        # A flow parent that an outbox sweep released in this pass (by any of its upkeep steps,
+        # the woken-dry promote included) is work the drain may not have seen yet.
+        idle = idle and self.upkeep.released_parents == released
         if not drained.more and not (idle and self.settings.burst):
             await self.park(jobs)
         return idle
