@@ -20,11 +20,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from emq_worker.fleet.child import ChildState
+from emq_worker.beat.fleet.child import ChildState
 from emq_worker.observe.http import ProbeServer, fetch, parse_host_port
 
 if TYPE_CHECKING:
-    from emq_worker.fleet.parent import Fleet
+    from emq_worker.beat.fleet.parent import Fleet
 
 SCRAPE_TIMEOUT_S = 2.0
 ANY_HOST = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import anyio
 
-from emq_worker.fleet.channel import NotifyChannel
-from emq_worker.fleet.child import FATAL_EXITS, Child, ChildState, exit_text
-from emq_worker.fleet.http import FleetEndpoint
-from emq_worker.fleet.plan import DEFAULT_WATCHDOG_S, FleetPlan, child_environ
+from emq_worker.beat.fleet.channel import NotifyChannel
+from emq_worker.beat.fleet.child import FATAL_EXITS, Child, ChildState, exit_text
+from emq_worker.beat.fleet.http import FleetEndpoint
+from emq_worker.beat.fleet.plan import DEFAULT_WATCHDOG_S, FleetPlan, child_environ
 from emq_worker.observe.clock import Clock, MonotonicClock
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
