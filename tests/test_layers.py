@@ -55,3 +55,22 @@ def test_an_upward_import_and_click_outside_the_cli_break_the_contracts(tmp_path
     assert "emq_worker.protocol.keys -> emq_worker.beat.supervisor" in result.stdout
     assert "emq_worker.observe.log -> click" in result.stdout
     assert "emq_worker.jobs.codec -> emq_worker.testing.outcomes" in result.stdout
+
+
+SUBJECTS = {
+    *("admin", "beat", "cli", "dashboard", "examples", "jobs", "observe", "protocol", "server"),
+    *("testing", "errors.py", "retry.py"),
+}
+"""What `ls emq_worker` shows: a folder per subject (docs/explanation/architecture.md)."""
+
+
+def test_the_package_top_holds_its_subjects_each_described_in_the_architecture() -> None:
+    top = {
+        entry.name
+        for entry in PACKAGE.iterdir()
+        if not entry.name.startswith("__") and entry.name not in ("py.typed", "__pycache__")
+    }
+    assert top == SUBJECTS
+    described = (ROOT / "docs" / "explanation" / "architecture.md").read_text(encoding="utf-8")
+    folders = {name for name in SUBJECTS if not name.endswith(".py")}
+    assert {name for name in folders if f"{name}/" not in described} == set()
