@@ -91,7 +91,7 @@
 --- @include now_ms
 --- @include events
 --- @include handoff
---- @include attempts
+--- @include lease_row
 --- @include lanes_claim
 local p, lease, count, nonce = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local offer_nonce, offer_ms, withdraw = ARGV[5] or '', tonumber(ARGV[6]) or 0, ARGV[7] == '1'
@@ -101,7 +101,6 @@ local clear_wake = ARGV[10] == '1'
 local memo_ms = math.min(lease, tonumber(ARGV[11]) or lease)
 local offer = offer_nonce .. ':' .. lease
 local memo = p .. 'claim:' .. nonce
-local MAX_PAYLOAD_BYTES = 16777216 -- emq_worker.payload_limits.MAX_PAYLOAD_BYTES (16 MiB)
 local reply = {'ok', 0}
 local leased_suspects = {}
 -- The trailing array of suspects leased, when there is any (last, after any 'limited' fields).
@@ -283,42 +282,8 @@ now = now or now_ms()
 local deadline = now + lease
 for i = 1, #ready do
   local id = ready[i]
-  local row = p .. 'job:' .. id
-  -- A row that cannot become a job goes to dead with its reason, read without raising: a key
-  -- that is not a hash, no payload, a payload over MAX_PAYLOAD_BYTES (never read), or an
-  -- attempts field that is not an integer.
-  local size = redis.pcall('HSTRLEN', row, 'payload')
-  local payload, attempts = nil, nil
-  if type(size) == 'number' and size <= MAX_PAYLOAD_BYTES then
-    local fields = redis.call('HMGET', row, 'payload', 'attempts')
-    payload = fields[1]
-    attempts = payload and next_attempt(fields[2])
-    if attempts then
-      redis.call('HSET', row, 'state', 'active', 'attempts', attempts)
-    elseif payload then
-      attempts = redis.pcall('HINCRBY', row, 'attempts', 1)
-      if type(attempts) == 'number' then
-        redis.call('HSET', row, 'state', 'active')
-      end
-    end
-  end
-  if type(attempts) ~= 'number' and suspects then
-    redis.call('SREM', KEYS[6], id) -- dead or gone: no longer a suspect
-  end
-  if type(attempts) ~= 'number' and redis.call('EXISTS', row) == 1 then
-    redis.call('ZADD', KEYS[4], 0, id)
-    if type(size) == 'number' then
-      local reason = 'row has no payload'
-      if size > MAX_PAYLOAD_BYTES then
-        reason = 'payload is ' .. size .. ' bytes, over the limit of ' .. MAX_PAYLOAD_BYTES
-      elseif payload then
-        reason = 'attempts is not an integer: ' .. tostring(redis.call('HGET', row, 'attempts'))
-      end
-      redis.call('HSET', row, 'state', 'dead', 'last_error', reason)
-    end
-    reply[2] = reply[2] + 1
-  elseif payload then
-    redis.call('SET', row .. ':lock', lock_value(attempts, nonce), 'PX', 2 * lease)
+  local attempts, payload = lease_row(p, KEYS[4], id, nonce, lease)
+  if attempts then
     claimed[#claimed + 1] = id
     reply[#reply + 1] = id
     reply[#reply + 1] = payload
@@ -327,6 +292,9 @@ for i = 1, #ready do
       leased_suspects[#leased_suspects + 1] = id
     end
   else
+    if suspects then
+      redis.call('SREM', KEYS[6], id) -- dead or gone: no longer a suspect
+    end
     reply[2] = reply[2] + 1
   end
 end

@@ -15,8 +15,7 @@
 -- The leased jobs are appended to `claimed` and to `reply` (id, payload, attempts).
 -- Returns: leased (jobs leased), used (turns served to lanes: the caller's count shrinks by it).
 --- @include now_ms
---- @include attempts
-local LANE_PAYLOAD_LIMIT = 16777216 -- emq_worker.payload_limits.MAX_PAYLOAD_BYTES (16 MiB)
+--- @include lease_row
 
 -- The state of group g's lane for this call: its key, its depth, how many more jobs its limit
 -- allows, and the ids read so far ({} until needed); nil when it cannot be served now.
@@ -52,48 +51,13 @@ local function lane_next(s, chunk)
   return s.ids[s.used]
 end
 
--- A member that cannot become a job: a row that exists goes to dead with its reason (as claim.lua
--- does for pending); a member without a row is dropped.
-local function lane_phantom(p, row, id, size)
-  if redis.call('EXISTS', row) == 0 then
-    return
-  end
-  redis.call('ZADD', p .. 'dead', 0, id)
-  if type(size) == 'number' then
-    local reason = 'row has no payload'
-    if size > LANE_PAYLOAD_LIMIT then
-      reason = 'payload is ' .. size .. ' bytes, over the limit of ' .. LANE_PAYLOAD_LIMIT
-    elseif redis.call('HEXISTS', row, 'payload') == 1 then
-      reason = 'attempts is not an integer: ' .. tostring(redis.call('HGET', row, 'attempts'))
-    end
-    redis.call('HSET', row, 'state', 'dead', 'last_error', reason)
-  end
-end
-
--- Lease one grouped job; its attempts (the token), or nil for a phantom.
+-- Lease one grouped job (includes/lease_row.lua); its attempts (the token), or nil for a phantom.
 local function lane_lease(p, id, nonce, lease, claimed, reply)
-  local row = p .. 'job:' .. id
-  local size = redis.pcall('HSTRLEN', row, 'payload')
-  local payload, attempts = nil, nil
-  if type(size) == 'number' and size <= LANE_PAYLOAD_LIMIT then
-    local fields = redis.call('HMGET', row, 'payload', 'attempts')
-    payload = fields[1]
-    attempts = payload and next_attempt(fields[2])
-  end
-  if attempts then
-    redis.call('HSET', row, 'state', 'active', 'attempts', attempts)
-  elseif payload then
-    attempts = redis.pcall('HINCRBY', row, 'attempts', 1)
-    if type(attempts) == 'number' then
-      redis.call('HSET', row, 'state', 'active')
-    end
-  end
-  if type(attempts) ~= 'number' then
-    lane_phantom(p, row, id, size)
+  local attempts, payload = lease_row(p, p .. 'dead', id, nonce, lease)
+  if not attempts then
     reply[2] = reply[2] + 1
     return nil
   end
-  redis.call('SET', row .. ':lock', lock_value(attempts, nonce), 'PX', 2 * lease)
   claimed[#claimed + 1] = id
   reply[#reply + 1] = id
   reply[#reply + 1] = payload
