@@ -97,7 +97,7 @@ async def test_rows_that_cannot_become_jobs_are_dead_lettered_and_never_strand_t
 
 
 def test_claim_lua_and_the_producer_agree_on_the_payload_limit() -> None:
-    found = re.search(r"local MAX_PAYLOAD_BYTES = (\d+)", read_source("claim"))
+    found = re.search(r"local LEASE_PAYLOAD_LIMIT = (\d+)", read_source("claim"))
     assert found
     assert int(found.group(1)) == MAX_PAYLOAD_BYTES
 
