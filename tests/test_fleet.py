@@ -194,7 +194,8 @@ async def test_sigterm_to_the_parent_hands_back_every_child_s_held_jobs_and_exit
     assert not any(alive(pid) for pid in pids)
     for job in jobs:  # long before a 30 s lease could lapse: back in pending
         assert await queue.state_of(job) == "pending"
-    assert sum(e["released"] for e in fleet.find("leases_released")) == 4
+    released = [e["released"] for e in fleet.find("leases_released")]
+    assert sum(released) == 4, f"released {released}\n{fleet.tail()}"
     assert workers.ledger.find("done") == []
     assert fleet.find("worker_process_restarting") == []
 
@@ -266,7 +267,8 @@ async def test_a_parent_killed_outright_takes_its_children_down_gracefully(
         return not any(alive(pid) for pid in pids)
 
     await eventually(children_gone, timeout=10, what=f"children {pids} to exit")
-    assert sum(e["released"] for e in fleet.find("leases_released")) == 4
+    released = [e["released"] for e in fleet.find("leases_released")]
+    assert sum(released) == 4, f"released {released}\n{fleet.tail()}"
     for job in jobs:
         assert await queue.state_of(job) == "pending"
 

@@ -40,7 +40,10 @@ def configure(fmt: LogFormat = "auto", level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line (message and newline together): processes sharing an output
+        # (`run --processes N`, a journal pipe, a container log) never glue two lines into one.
+        # print() would write the newline apart.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
 

@@ -124,12 +124,17 @@ class WorkerProcess:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def events(self) -> list[dict[str, Any]]:
-        """The JSON log lines written so far (other lines, e.g. a traceback, are skipped)."""
+        """The JSON log lines written so far (other lines, e.g. a traceback, are skipped; a line
+        still being written is left for the next read). A whole line that opens as JSON but does
+        not parse fails the test: two processes' lines glued together lose both events."""
         events = []
-        for line in self.output().splitlines():
+        *whole, _being_written = self.output().split("\n")
+        for line in whole:
             try:
                 event = json.loads(line)
             except ValueError:
+                if line.startswith("{"):
+                    raise AssertionError(f"{self.name}: a torn log line: {line[:300]}") from None
                 continue
             if isinstance(event, dict):
                 events.append(event)
