@@ -38,6 +38,9 @@ LEASE_MS = 1_000
 BEAT_MS = 200
 STALL_S = 2.5
 """Longer than two leases: every lease held when the stall begins has expired when it ends."""
+LONG_JOBS = 4
+LONG_JOB_MS = 6_000
+"""Longer than the time to a third of the jobs plus the stall: running across the whole stall."""
 MAX_REQUESTS_PER_S = 10.0
 FAILED_BEATS = 5
 
@@ -69,7 +72,12 @@ async def test_a_server_stall_longer_than_a_lease_loses_nothing_and_fences_stale
     jobs = 300
     async with staged(tmp_path, "--enable-debug-command", "local") as (server, client, procs):
         fleet = Fleet(procs, QUEUE, server.url, LEASE_MS, BEAT_MS, extra=["--concurrency", "10"])
-        ids = await enqueue(client, QUEUE, jobs, "work", ms=150)
+        # The long jobs, claimed first, are still running when the stall ends, so their leases
+        # must lapse and come back through the reaper. The short ones may all finish inside the
+        # stall: their settles, queued behind the pause, are then written late but uncontested,
+        # and nothing of theirs needs reaping.
+        ids = await enqueue(client, QUEUE, LONG_JOBS, "work", ms=LONG_JOB_MS)
+        ids += await enqueue(client, QUEUE, jobs - LONG_JOBS, "work", ms=150)
         await fleet.start(2)
 
         async def a_third_done() -> bool:
@@ -93,8 +101,9 @@ async def test_a_server_stall_longer_than_a_lease_loses_nothing_and_fences_stale
     assert verdict.ok, verdict.summary()
     assert verdict.completed == jobs
     # The stall outlasted every lease then held: the server's clock moved past their deadlines
-    # and the reaper handed them back. A holder whose late settle found its job still unclaimed
-    # wrote it (late but uncontested); any other re-run is the price, never a loss.
+    # and the reaper handed back those still running (the long jobs at least). A holder whose
+    # late settle found its job still unclaimed wrote it (late but uncontested); any other
+    # re-run is the price, never a loss.
     assert reaped > 0, fleet.tails()
 
 
