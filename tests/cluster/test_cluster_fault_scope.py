@@ -115,6 +115,22 @@ class Traffic:
         started = self.read_ledger()
         return [started[s.job] for s in self.sent if s.queue == queue and s.job in started]
 
+    def since(self, at: float, queues: list[str]) -> dict[str, dict[str, object]]:
+        """Per queue, for a failure message: the enqueues called after `at` (sent, failed,
+        started) and the last start, relative to `at`."""
+        started = self.read_ledger()
+        report: dict[str, dict[str, object]] = {}
+        for queue in queues:
+            sent = [s for s in self.sent if s.queue == queue and s.at > at]
+            starts = self.starts(queue)
+            report[queue] = {
+                "sent": len(sent),
+                "failed": sum(s.job is None for s in sent),
+                "started": sum(s.job in started for s in sent if s.job is not None),
+                "last_start": round(max(starts) - at, 3) if starts else None,
+            }
+        return report
+
     def flow(self, queue: str, start: float, end: float) -> dict[str, float]:
         """Of the enqueues on `queue` called within [start, end]: the longest wait for a handler
         to start (until now, for a job not started), the longest enqueue, how many failed;
@@ -207,7 +223,10 @@ async def kill_and_fail_over(
     await anyio.to_thread.run_sync(cluster.wait_ready)
     assert doomed not in cluster.primary_ports(), "no replica was promoted"
     end = time.monotonic() + AFTER_FAILOVER_S
-    await eventually(lambda: flowing_since(end), timeout=30, what="jobs started after failover")
+    try:
+        await eventually(lambda: flowing_since(end), timeout=30, what="jobs started after failover")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{traffic.since(end, queues)}") from None
     return killed_at, end
 
 
