@@ -120,6 +120,8 @@ async def test_two_processes_drain_a_queue_together_and_stop_on_sigterm(
     # out, or was killed, exits otherwise); the log tail says why when it did not.
     exits = [(e["pid"], e["exit_code"]) for e in fleet.find("worker_process_exited")]
     assert sorted(exits) == sorted((pid, 0) for pid in pids), fleet.tail()
+    stopped = [(e["process"], e["forced"]) for e in fleet.find("worker_stopped")]
+    assert sorted(stopped) == [(0, False), (1, False)], fleet.tail()
 
 
 async def test_a_sigkilled_child_is_restarted_and_its_jobs_rerun_once_within_a_lease_and_a_beat(
