@@ -3,32 +3,15 @@ child shows its parent, where that parent is, and its failure policy."""
 
 from __future__ import annotations
 
-from emq_worker import FlowJob
 from emq_worker.jobs.producer import Producer
-from emq_worker.protocol.queue import Queue
-from emq_worker.protocol.values import Completion, Failure
-from tests.support.conformance import RECEIPT_MS, held
+from tests.support.flows import half_done_flow
 from tests.test_admin_cli import as_json, cli, on_queue
-
-
-async def a_flow_half_done(queue: Queue) -> tuple[str, str, str, str]:
-    """A parent with three children: one completed, one dead (ignored), one still out."""
-    children = [FlowJob(payload=b"a"), FlowJob(payload=b"b", on_failure="ignore")]
-    children.append(FlowJob(payload=b"c", queue=queue.name + ".kids"))
-    flow = await Producer(queue.client).enqueue_flow(
-        queue.name, FlowJob(payload=b"parent", children=children)
-    )
-    jobs = {job.payload: job for job in (await queue.claim(5, 30_000)).jobs}
-    await queue.settle([Completion(held(jobs[b"a"]))], RECEIPT_MS)
-    await queue.settle([Failure(held(jobs[b"b"]), 0, 0, "gave up")], RECEIPT_MS)
-    a, b, c = (child.job_id for child in flow.children)
-    return flow.job_id, a, b, c
 
 
 def test_inspect_shows_a_parents_children_and_a_childs_parent(
     redis_url: str, queue_name: str
 ) -> None:
-    parent, a, b, c = on_queue(redis_url, queue_name, a_flow_half_done)
+    parent, a, b, c = on_queue(redis_url, queue_name, half_done_flow)
     shown = as_json(cli(redis_url, "inspect", parent, "--queue", queue_name, "--json"))
     assert shown["where"] == "awaiting_children"
     assert shown["flow"]["children_outstanding"] == 1

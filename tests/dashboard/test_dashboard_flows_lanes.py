@@ -15,29 +15,15 @@ from emq_worker.admin.flows import CHILDREN_SHOWN
 from emq_worker.protocol.lanes import limit_lane, pause_lane
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.protocol.values import Completion, Failure
+from emq_worker.protocol.values import Completion
 from tests.dashboard.test_dashboard_http import browsing
 from tests.support.conformance import RECEIPT_MS, held
+from tests.support.flows import half_done_flow
 
 
 @pytest.fixture
 def queue(client: Redis, queue_name: str) -> Queue:
     return Queue(client, Scripts(), queue_name)
-
-
-async def half_done_flow(queue: Queue) -> tuple[str, str, str, str]:
-    """A parent with three children: one completed, one dead (ignored), one (in another queue)
-    still out."""
-    children = [FlowJob(payload=b"a"), FlowJob(payload=b"b", on_failure="ignore")]
-    children.append(FlowJob(payload=b"c", queue=queue.name + ".kids"))
-    flow = await Producer(queue.client).enqueue_flow(
-        queue.name, FlowJob(payload=b"parent", children=children)
-    )
-    jobs = {job.payload: job for job in (await queue.claim(5, 30_000)).jobs}
-    await queue.settle([Completion(held(jobs[b"a"]))], RECEIPT_MS)
-    await queue.settle([Failure(held(jobs[b"b"]), 0, 0, "gave <b>up</b>")], RECEIPT_MS)
-    a, b, c = (child.job_id for child in flow.children)
-    return flow.job_id, a, b, c
 
 
 def child_states(html: str) -> dict[str, str]:
@@ -48,7 +34,7 @@ def child_states(html: str) -> dict[str, str]:
 async def test_a_flow_parents_page_counts_and_names_its_children(
     client: Redis, redis_url: str, queue: Queue
 ) -> None:
-    parent, a, b, _ = await half_done_flow(queue)
+    parent, a, b, _ = await half_done_flow(queue, "gave <b>up</b>")
     async with browsing(client, redis_url) as http:
         page = await http.get(f"/queues/{queue.name}/jobs/{parent}")
         fragment = await http.get(f"/fragments/queues/{queue.name}/jobs/{parent}")
