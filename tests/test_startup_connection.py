@@ -5,14 +5,17 @@ was seen (a connection dropped during the handshake), and says TLS only when the
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
+from typing import NoReturn
 
 import anyio
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.reach import ServerUnreachableError, reach
+from emq_worker.server.reach import ServerUnreachableError, port_mismatch, reach
 from tests.chaos.proxy import Proxy
 from tests.support.processes import EMQ_WORKER, REPO_ROOT, WorkerProcesses
 from tests.support.server import RedisServer, free_port
@@ -73,3 +76,37 @@ async def test_a_refused_connection_is_retried_then_named_refused() -> None:
     assert "rediss" not in message
     attempts = int(message.rpartition("gave up after ")[2].split()[0])
     assert attempts >= 2, message
+
+
+def _ssl_error(kind: type[ssl.SSLError], reason: str) -> ssl.SSLError:
+    error = kind(1, f"[SSL: {reason}] during the handshake")
+    error.reason = reason  # what OpenSSL names; the C module sets it on a real one
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "is_tls"),
+    [
+        # Closed or reset mid-handshake: no answer, whatever the Python and OpenSSL build.
+        (ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)"), False),
+        (ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), False),
+        # A plaintext server's reply read as a TLS record.
+        (_ssl_error(ssl.SSLError, "WRONG_VERSION_NUMBER"), False),
+        # An alert only a TLS server sends.
+        (_ssl_error(ssl.SSLError, "TLSV13_ALERT_CERTIFICATE_REQUIRED"), True),
+    ],
+)
+async def test_only_a_tls_servers_answer_makes_the_probe_say_tls(
+    error: ssl.SSLError, is_tls: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection dropped during the probe's handshake is not a TLS port: the worker must
+    not tell the user to switch to rediss:// (Debian's Python 3.11 reports the drop as
+    SSLZeroReturnError)."""
+
+    async def handshake(*args: object, **kwargs: object) -> NoReturn:
+        raise error
+
+    monkeypatch.setattr(anyio, "connect_tcp", handshake)
+    dropped = RedisConnectionError("Connection closed by server.")
+    hint = await port_mismatch("redis://127.0.0.1:6390/0", dropped)
+    assert (hint is not None and "rediss://" in hint) is is_tls, hint

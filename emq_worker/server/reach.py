@@ -153,7 +153,11 @@ async def _speaks_tls(host: str, port: int) -> bool:
                 host, port, ssl_context=context, tls_standard_compatible=False
             )
     except ssl.SSLError as exc:
-        return not isinstance(exc, ssl.SSLEOFError) and exc.reason != "WRONG_VERSION_NUMBER"
+        # A connection closed or reset mid-handshake is no answer at all: depending on the
+        # Python and OpenSSL build it surfaces as EOF (SSLEOFError) or as a clean close
+        # (SSLZeroReturnError, Debian's Python 3.11), never as a TLS server's alert.
+        closed = isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError)
+        return not closed and exc.reason != "WRONG_VERSION_NUMBER"
     except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream):
         return False
     with contextlib.suppress(OSError, anyio.BrokenResourceError):
