@@ -180,3 +180,26 @@ async def test_bad_options_in_a_payload_dead_letter_at_once_naming_the_value(
         row = await dead_row(producer, queue_name, job_id)
     assert runs == []
     assert "max_attempts must be >= 1; got 0" in row["last_error"]
+
+
+async def test_a_misspelt_option_is_refused_by_name_before_anything_is_written(
+    client: Redis, queue_name: str
+) -> None:
+    producer = Producer(client)
+    misspelt: dict[str, Any] = {"delay_sm": 5}
+    unknown = r"\(\) got an unexpected keyword argument 'delay_sm'"
+    with pytest.raises(TypeError, match="enqueue" + unknown):
+        await producer.enqueue(queue_name, "charge", {}, **misspelt)
+    with pytest.raises(TypeError, match="enqueue_raw" + unknown):
+        await producer.enqueue_raw(queue_name, b"raw", **misspelt)
+    with pytest.raises(TypeError, match="JobSpec" + unknown):
+        JobSpec("charge", **misspelt)
+    assert await client.keys(f"emq:{{{queue_name}}}:*") == []
+
+
+def test_a_spec_takes_the_policy_as_keywords_or_as_a_value_not_both() -> None:
+    assert JobSpec("charge", max_attempts=2).options == JobPolicy(max_attempts=2)
+    assert JobSpec("charge", options=JobPolicy(max_attempts=2)).options == JobPolicy(max_attempts=2)
+    assert JobSpec("charge", job_id=None).options is None
+    with pytest.raises(ConfigError, match="not both"):
+        JobSpec("charge", options=JobPolicy(max_attempts=2), timeout_ms=5)

@@ -153,5 +153,5 @@ class HistoryRecorder:
             *_pairs(task_delta),
             *entries,
         ]
-        await queue.scripts.call(queue.client, "history", queue.script_keys("history"), args)
+        await queue.run("history", args)
         sent.fields, sent.tasks = fields, tasks

@@ -15,17 +15,16 @@ unknown one raises TaskArgumentError naming the task and the argument.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, Self, TypeVar, cast
+from typing import Any, Generic, ParamSpec, Self, TypeVar, Unpack, cast
 
 from emq_worker.errors import ConfigError, TaskArgumentError
+from emq_worker.jobs.options import ENQUEUE_NAMES, EnqueueOptions, check_names, given_options
 from emq_worker.jobs.producer import Enqueued, Producer, SyncProducer
 from emq_worker.protocol.names import JobId
-from emq_worker.retry import Backoff
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -79,39 +78,13 @@ class TaskHandle(Generic[P, R]):
         # The handler's name, docstring and __wrapped__, as a decorator's result should carry.
         functools.update_wrapper(cast(Callable[..., Any], self), fn)
 
-    def with_options(
-        self,
-        *,
-        queue: str | None = None,
-        delay_ms: int | None = None,
-        run_at: dt.datetime | None = None,
-        job_id: str | None = None,
-        dedup_id: str | None = None,
-        dedup_ttl_ms: int | None = None,
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
-        timeout_ms: int | None = None,
-        result_ttl_ms: int | None = None,
-        group: str | None = None,
-        priority: int | None = None,
-    ) -> Self:
-        """A copy of this handle whose enqueues carry these options (see `Producer.enqueue`);
-        `queue` replaces the task's default queue (`@app.task(queue=...)`)."""
-        given = dict(
-            delay_ms=delay_ms,
-            run_at=run_at,
-            job_id=job_id,
-            dedup_id=dedup_id,
-            dedup_ttl_ms=dedup_ttl_ms,
-            max_attempts=max_attempts,
-            backoff=backoff,
-            timeout_ms=timeout_ms,
-            result_ttl_ms=result_ttl_ms,
-            group=group,
-            priority=priority,
-        )
-        options = self.options | {key: value for key, value in given.items() if value is not None}
-        return type(self)(self.name, self.fn, queue or self.queue, options)
+    def with_options(self, *, queue: str | None = None, **options: Unpack[EnqueueOptions]) -> Self:
+        """A copy of this handle whose enqueues carry these options (`EnqueueOptions`, as
+        `Producer.enqueue` takes them; None leaves one unset); `queue` replaces the task's
+        default queue (`@app.task(queue=...)`)."""
+        check_names(options, ENQUEUE_NAMES, "with_options")
+        merged = self.options | given_options(options)
+        return type(self)(self.name, self.fn, queue or self.queue, merged)
 
     async def enqueue(
         self, producer: Producer, /, *args: P.args, **kwargs: P.kwargs

@@ -17,8 +17,8 @@ import datetime as dt
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Unpack
 
 import anyio.from_thread
 from redis.asyncio import Redis
@@ -26,6 +26,15 @@ from redis.asyncio import Redis
 from emq_worker.errors import ConfigError
 from emq_worker.jobs import codec, tracing
 from emq_worker.jobs.flows import Flow, FlowJob, write_flow
+from emq_worker.jobs.options import (
+    ENQUEUE_NAMES,
+    PLACEMENT_NAMES,
+    EnqueueOptions,
+    Placement,
+    check_names,
+    one_policy,
+    split_options,
+)
 from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
 from emq_worker.jobs.resend import send_enqueue
@@ -37,7 +46,6 @@ from emq_worker.protocol.payload_limits import check_payload_size
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import NewJob, ScheduleMode
-from emq_worker.retry import Backoff
 from emq_worker.server.connection import DEFAULT_URL, connect
 
 MAX_REMINTS = 3
@@ -45,31 +53,37 @@ NOW: tuple[ScheduleMode, int] = ("now", 0)
 _DEDUP_ID = re.compile(r"[A-Za-z0-9._-]{1,255}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class JobSpec:
-    """One job for `enqueue_many`: a task and its JSON kwargs, or a raw payload."""
+    """One job for `enqueue_many`: a task and its JSON kwargs, or a raw payload, with the same
+    keyword options as `Producer.enqueue` (`EnqueueOptions`). The task's policy may also be
+    overridden with `options=JobPolicy(...)`."""
 
-    task: str = ""
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    _: KW_ONLY
-    payload: bytes | None = None
-    delay_ms: int | None = None
-    run_at: dt.datetime | None = None
-    job_id: str | None = None
-    options: JobPolicy | None = None
+    task: str
+    kwargs: Mapping[str, Any]
+    payload: bytes | None
+    options: JobPolicy | None
     """Per-job overrides of the task's max_attempts, backoff, timeout_ms and result_ttl_ms
     (carried in the JSON envelope; not for raw payloads)."""
-    dedup_id: str | None = None
-    """Enqueue only if no live job is parked under this key; `[A-Za-z0-9._-]{1,255}`."""
-    dedup_ttl_ms: int | None = None
-    """Release the dedup key after this long even if the job still lives (None: when the
-    completion window after the job completed ends, or at removal)."""
-    group: str | None = None
-    """The fair lane to wait in (e.g. a tenant): lanes are served in turn, each within its
-    concurrency limit; `[A-Za-z0-9._-]{1,128}`. None: the queue's common pending set."""
-    priority: int = 0
-    """Lower is claimed first (within its lane, or among ungrouped jobs); mint order within a
-    priority. From -1 000 000 to 1 000 000; 0 by default."""
+    placement: Placement
+    """Where, when and under which identity it waits (delay, id, dedup id, lane, priority)."""
+
+    def __init__(
+        self,
+        task: str = "",
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        payload: bytes | None = None,
+        options: JobPolicy | None = None,
+        **given: Unpack[EnqueueOptions],
+    ) -> None:
+        check_names(given, ENQUEUE_NAMES, "JobSpec")
+        placement, overrides = split_options(given)
+        object.__setattr__(self, "task", task)
+        object.__setattr__(self, "kwargs", {} if kwargs is None else kwargs)
+        object.__setattr__(self, "payload", payload)
+        object.__setattr__(self, "options", one_policy(options, overrides))
+        object.__setattr__(self, "placement", placement)
 
 
 class Enqueued(NamedTuple):
@@ -145,21 +159,11 @@ class Producer:
         queue: str,
         task: str,
         kwargs: Mapping[str, Any] | None = None,
-        *,
-        delay_ms: int | None = None,
-        run_at: dt.datetime | None = None,
-        job_id: str | None = None,
-        dedup_id: str | None = None,
-        dedup_ttl_ms: int | None = None,
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
-        timeout_ms: int | None = None,
-        result_ttl_ms: int | None = None,
-        group: str | None = None,
-        priority: int = 0,
+        **options: Unpack[EnqueueOptions],
     ) -> Enqueued:
         """Enqueue `task(**kwargs)` on `queue`, now or later (server clock for delay_ms).
 
+        The options (`EnqueueOptions`): `delay_ms` or `run_at`; `job_id`, a caller-chosen id;
         `dedup_id`: enqueue only if no job is parked under this key, live or completed within
         the completion window (else the result is a duplicate naming that job).
         `max_attempts`, `backoff`, `timeout_ms` and `result_ttl_ms` override the task's own
@@ -167,57 +171,16 @@ class Producer:
         `group`: the fair lane it waits in (docs/guide/lanes.md); `priority`: lower is claimed
         first (docs/guide/priorities.md).
         """
-        options = None
-        if (
-            max_attempts is not None
-            or backoff is not None
-            or timeout_ms is not None
-            or result_ttl_ms is not None
-        ):
-            options = JobPolicy(
-                max_attempts=max_attempts,
-                backoff=backoff,
-                timeout_ms=timeout_ms,
-                result_ttl_ms=result_ttl_ms,
-            )
-        spec = JobSpec(
-            task,
-            kwargs or {},
-            delay_ms=delay_ms,
-            run_at=run_at,
-            job_id=job_id,
-            options=options,
-            dedup_id=dedup_id,
-            dedup_ttl_ms=dedup_ttl_ms,
-            group=group,
-            priority=priority,
-        )
+        check_names(options, ENQUEUE_NAMES, "enqueue")
+        spec = JobSpec(task, kwargs, **options)
         return (await self.enqueue_many(queue, [spec]))[0]
 
     async def enqueue_raw(
-        self,
-        queue: str,
-        payload: bytes,
-        *,
-        delay_ms: int | None = None,
-        run_at: dt.datetime | None = None,
-        job_id: str | None = None,
-        dedup_id: str | None = None,
-        dedup_ttl_ms: int | None = None,
-        group: str | None = None,
-        priority: int = 0,
+        self, queue: str, payload: bytes, **options: Unpack[Placement]
     ) -> Enqueued:
         """Enqueue opaque bytes, for a queue bound to a raw handler or a non-Python consumer."""
-        spec = JobSpec(
-            payload=payload,
-            delay_ms=delay_ms,
-            run_at=run_at,
-            job_id=job_id,
-            dedup_id=dedup_id,
-            dedup_ttl_ms=dedup_ttl_ms,
-            group=group,
-            priority=priority,
-        )
+        check_names(options, PLACEMENT_NAMES, "enqueue_raw")
+        spec = JobSpec(payload=payload, **options)
         return (await self.enqueue_many(queue, [spec]))[0]
 
     async def enqueue_many(self, queue: str, specs: Sequence[JobSpec]) -> list[Enqueued]:
@@ -228,9 +191,11 @@ class Producer:
     async def _enqueue_many(
         self, queue: str, specs: Sequence[JobSpec], trace: Mapping[str, str] | None
     ) -> list[Enqueued]:
-        minted = iter(self.minter.job_ids(sum(spec.job_id is None for spec in specs)))
+        minted = iter(
+            self.minter.job_ids(sum(spec.placement.get("job_id") is None for spec in specs))
+        )
         jobs = [self._new_job(spec, minted, trace) for spec in specs]
-        chosen = [spec.job_id is not None for spec in specs]
+        chosen = [spec.placement.get("job_id") is not None for spec in specs]
         results: list[Enqueued | None] = [None] * len(jobs)
         todo = list(range(len(jobs)))
         for _ in range(MAX_REMINTS + 1):
@@ -294,19 +259,21 @@ class Producer:
         else:
             payload = spec.payload
         check_payload_size(payload)
-        if spec.delay_ms is None and spec.run_at is None:
-            mode, ms = NOW
-        else:
-            mode, ms = _when(spec.delay_ms, spec.run_at)
-        chosen = spec.job_id is not None
-        new_id = job_id(spec.job_id) if spec.job_id is not None else next(minted)
-        group = None if spec.group is None else validate_group(spec.group)
-        priority = validate_priority(spec.priority)
-        if spec.dedup_id is None:
-            if spec.dedup_ttl_ms is not None:
+        place = spec.placement
+        delay_ms, run_at = place.get("delay_ms"), place.get("run_at")
+        mode, ms = NOW if delay_ms is None and run_at is None else _when(delay_ms, run_at)
+        chosen_id = place.get("job_id")
+        new_id = job_id(chosen_id) if chosen_id is not None else next(minted)
+        group = place.get("group")
+        group = None if group is None else validate_group(group)
+        priority = validate_priority(place.get("priority", 0))
+        dedup_id, dedup_ttl_ms = place.get("dedup_id"), place.get("dedup_ttl_ms")
+        chosen = chosen_id is not None
+        if dedup_id is None:
+            if dedup_ttl_ms is not None:
                 raise ConfigError("dedup_ttl_ms needs a dedup_id")
             return NewJob(new_id, payload, mode, ms, chosen=chosen, group=group, priority=priority)
-        did, ttl = _dedup(spec.dedup_id, spec.dedup_ttl_ms)
+        did, ttl = _dedup(dedup_id, dedup_ttl_ms)
         return NewJob(new_id, payload, mode, ms, did, ttl, chosen, group, priority)
 
     async def result(self, job_id: str, *, queue: str, timeout: float = 30.0) -> Any:  # noqa: ASYNC109
@@ -331,11 +298,15 @@ class SyncProducer:
         self._producer = producer
 
     def enqueue(
-        self, queue: str, task: str, kwargs: Mapping[str, Any] | None = None, **options: Any
+        self,
+        queue: str,
+        task: str,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> Enqueued:
         return self._portal.call(lambda: self._producer.enqueue(queue, task, kwargs, **options))
 
-    def enqueue_raw(self, queue: str, payload: bytes, **options: Any) -> Enqueued:
+    def enqueue_raw(self, queue: str, payload: bytes, **options: Unpack[Placement]) -> Enqueued:
         return self._portal.call(lambda: self._producer.enqueue_raw(queue, payload, **options))
 
     def enqueue_many(self, queue: str, specs: Sequence[JobSpec]) -> list[Enqueued]:

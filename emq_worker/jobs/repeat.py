@@ -252,9 +252,7 @@ class RepeatFirer:
         """Mint every due occurrence on `queue`; ms until its next repeat is due (None: none)."""
         k = queue.keys
         for _ in range(MAX_PASSES):
-            reply = await queue.scripts.call(
-                queue.client, "repeat_due", queue.script_keys("repeat_due"), [k.prefix, FIRE_BATCH]
-            )
+            reply = await queue.run("repeat_due", [k.prefix, FIRE_BATCH])
             now, next_in = int(reply[0]), int(reply[1])
             due = [
                 (text(reply[i]), int(reply[i + 1]), text(reply[i + 2]), text(reply[i + 3]))
@@ -280,9 +278,7 @@ class RepeatFirer:
             args: list[ArgValue] = [k.prefix]
             for name, due_ms, following in todo:
                 args += [name, due_ms, following, self.minter.job_id()]
-            reply = await queue.scripts.call(
-                queue.client, "repeat", queue.script_keys("repeat"), args
-            )
+            reply = await queue.run("repeat", args)
             todo = [
                 entry for entry, status in zip(todo, reply, strict=True) if text(status) == "taken"
             ]

@@ -52,11 +52,10 @@ async def report_progress(queue: Queue, lease: HeldLease, value: object) -> int:
     """HSET the row's `progress` and publish a `progress` event; the number of subscribers that
     received it. Raises FencedError when this holder no longer owns the job."""
     data = progress_json(value)
-    reply = await queue.scripts.call(
-        queue.client,
+    reply = await queue.run(
         "progress",
-        queue.script_keys("progress", lease.id),
         [queue.keys.prefix, queue.name, lease.id, lease.token, lease.nonce, data],
+        job_id=lease.id,
     )
     return _checked(lease, reply)
 
@@ -73,11 +72,10 @@ async def append_log(queue: Queue, lease: HeldLease, line: str, keep: int = LOG_
         raise ConfigError(
             f"a job log line is at most {MAX_LOG_LINE} bytes; got {len(data)} ({line[:60]!r}...)"
         )
-    reply = await queue.scripts.call(
-        queue.client,
+    reply = await queue.run(
         "joblog",
-        queue.script_keys("joblog", lease.id),
         [queue.keys.prefix, lease.id, lease.token, lease.nonce, keep, data],
+        job_id=lease.id,
     )
     return _checked(lease, reply)
 

@@ -67,7 +67,7 @@ async def write_part(queue: Queue, nodes: Sequence[FlowNode], nonce: str | None 
     for node in nodes:
         args += [node.id, node.payload, node.parent, node.parent_queue, node.policy]
         args.append(node.children)
-    reply = await queue.scripts.call(queue.client, "flow", queue.script_keys("flow"), args)
+    reply = await queue.run("flow", args)
     status, detail = text(reply[0]), text(reply[1])
     if status == "exists":
         raise FlowExistsError(queue.name, detail)
@@ -141,9 +141,7 @@ async def deliver(parents: Queue, entries: Sequence[OutboxEntry]) -> Delivery:
             args += ["done", entry.parent, entry.child, entry.result]
         else:
             args += [entry.policy, entry.parent, entry.child, entry.error]
-    reply = await parents.scripts.call(
-        parents.client, "flow_deliver", parents.script_keys("flow_deliver"), args
-    )
+    reply = await parents.run("flow_deliver", args)
     return Delivery(int(reply[0]), int(reply[1]))
 
 
@@ -151,9 +149,7 @@ async def ack(queue: Queue, raws: Sequence[bytes]) -> int:
     """Remove delivered (or unreadable) entries from the queue's outbox, each by its value."""
     if not raws:
         return 0
-    reply = await queue.scripts.call(
-        queue.client, "flow_ack", queue.script_keys("flow_ack"), [queue.keys.prefix, *raws]
-    )
+    reply = await queue.run("flow_ack", [queue.keys.prefix, *raws])
     return int(reply)
 
 

@@ -101,9 +101,7 @@ def _text(value: Any) -> str:
 
 async def read_lanes(queue: Queue, top: int = LANES_SHOWN, scan: int = LANES_SCAN) -> LanesView:
     """The deepest `top` lanes of `queue` and the totals (lua/lanes.lua), in one call."""
-    reply = await queue.scripts.call(
-        queue.client, "lanes", queue.script_keys("lanes"), [queue.keys.prefix, top, scan]
-    )
+    reply = await queue.run("lanes", [queue.keys.prefix, top, scan])
     groups, complete, waiting, serviceable = (int(v) for v in reply[:4])
     deepest = tuple(
         Lane(
@@ -121,22 +119,13 @@ async def read_lanes(queue: Queue, top: int = LANES_SHOWN, scan: int = LANES_SCA
 async def pause_lane(queue: Queue, group: str) -> bool:
     """Take `group`'s lane out of rotation (its running jobs run on); False if it was paused."""
     args = [queue.keys.prefix, validate_group(group)]
-    return (
-        int(
-            await queue.scripts.call(
-                queue.client, "lane_pause", queue.script_keys("lane_pause"), args
-            )
-        )
-        == 1
-    )
+    return int(await queue.run("lane_pause", args)) == 1
 
 
 async def resume_lane(queue: Queue, group: str) -> bool:
     """Return `group`'s lane to rotation; False if it was not paused."""
     args = [queue.keys.prefix, validate_group(group)]
-    reply = await queue.scripts.call(
-        queue.client, "lane_resume", queue.script_keys("lane_resume"), args
-    )
+    reply = await queue.run("lane_resume", args)
     return int(reply) == 1
 
 
@@ -145,4 +134,4 @@ async def limit_lane(queue: Queue, group: str, limit: int | None) -> None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"a lane's limit must be an integer >= 1 (or None); got {limit!r}")
     args: list[ArgValue] = [queue.keys.prefix, validate_group(group), limit or 0]
-    await queue.scripts.call(queue.client, "lane_limit", queue.script_keys("lane_limit"), args)
+    await queue.run("lane_limit", args)

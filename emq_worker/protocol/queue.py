@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ExecAbortError, OutOfMemoryError
@@ -58,6 +59,10 @@ class Queue:
             keys = self._script_keys[verb] = self.scripts.keys(verb, self.keys.prefix)
         return keys
 
+    async def run(self, verb: str, args: Sequence[ArgValue], job_id: str | None = None) -> Any:
+        """Call the script `verb` on this queue with `args`; its keys come from its header."""
+        return await self.scripts.call(self.client, verb, self.script_keys(verb, job_id), args)
+
     async def enqueue(
         self, jobs: Sequence[NewJob], *, nonce: str | None = None
     ) -> list[bool | JobId]:
@@ -83,10 +88,8 @@ class Queue:
         args += [len(dedup) // 3, len(chosen), len(placed) // 3, *dedup, *chosen, *placed]
         for job in jobs:
             args += [job.id, job.payload, job.mode, job.ms]
-        reply = await self.scripts.call(
-            self.client,
+        reply = await self.run(
             "enqueue",
-            self.script_keys("enqueue"),
             args,
         )
         return [JobId(text(flag)) if isinstance(flag, bytes) else int(flag) == 1 for flag in reply]
@@ -111,10 +114,8 @@ class Queue:
         nonce = nonce or new_nonce()
         k = self.keys
         terms = offer or NO_OFFER
-        reply = await self.scripts.call(
-            self.client,
+        reply = await self.run(
             "claim",
-            self.script_keys("claim"),
             [
                 k.prefix,
                 lease_ms,
@@ -135,10 +136,8 @@ class Queue:
         """Take back the worker's offer; the jobs handed to it go back to pending. Returns how
         many did."""
         k = self.keys
-        reply = await self.scripts.call(
-            self.client,
+        reply = await self.run(
             "withdraw",
-            self.script_keys("withdraw"),
             [k.prefix, offer_nonce, lease_ms],
         )
         return int(reply)
@@ -192,10 +191,8 @@ class Queue:
                 failure.error,
                 failure.trace,
             ]
-        reply = await self.scripts.call(
-            self.client,
+        reply = await self.run(
             "settle",
-            self.script_keys("settle"),
             args,
         )
         results = settle_results(reply, len(outcomes))
@@ -228,25 +225,19 @@ class Queue:
         args: list[ArgValue] = [self.keys.prefix]
         for lease in leases:
             args += [lease.id, lease.token, lease.nonce]
-        return int(
-            await self.scripts.call(self.client, "release", self.script_keys("release"), args)
-        )
+        return int(await self.run("release", args))
 
     async def reap(self, batch: int, max_attempts: int) -> ReapResult:
         k = self.keys
-        reply = await self.scripts.call(
-            self.client,
+        reply = await self.run(
             "reap",
-            self.script_keys("reap"),
             [k.prefix, batch, max_attempts],
         )
         return reap_result(reply)
 
     async def promote(self, batch: int) -> PromoteResult:
         k = self.keys
-        reply = await self.scripts.call(
-            self.client, "promote", self.script_keys("promote"), [k.prefix, batch]
-        )
+        reply = await self.run("promote", [k.prefix, batch])
         return promote_result(reply)
 
     async def remove(
@@ -265,9 +256,7 @@ class Queue:
         same script."""
         k = self.keys
         only = "dead" if only_dead else "pending" if only_pending else ""
-        reply = await self.scripts.call(
-            self.client, "remove", self.script_keys("remove"), [k.prefix, job_id, dedup_id, only]
-        )
+        reply = await self.run("remove", [k.prefix, job_id, dedup_id, only])
         return int(reply) >= 0  # 1 removed; 0 members left without a row, or tombstones
 
     async def reprocess(self, job_id: JobId) -> bool:
@@ -275,19 +264,15 @@ class Queue:
         member left without its row is removed). Raises StateError unless it is dead, and
         LockedError while a lock still holds it."""
         k = self.keys
-        reply = await self.scripts.call(
-            self.client, "reprocess", self.script_keys("reprocess"), [k.prefix, job_id]
-        )
+        reply = await self.run("reprocess", [k.prefix, job_id])
         return int(reply) == 1
 
     async def drain(self, *, scheduled: bool, batch: int) -> tuple[int, bool]:
         """Delete up to `batch` jobs waiting in pending (then schedule, with `scheduled`), with
         their keys; returns (jobs deleted, more to do)."""
         k = self.keys
-        reply = await self.scripts.call(
-            self.client,
+        reply = await self.run(
             "drain",
-            self.script_keys("drain"),
             [k.prefix, "1" if scheduled else "", batch],
         )
         return int(reply[0]), int(reply[1]) == 1
@@ -297,10 +282,8 @@ class Queue:
         returns (jobs deleted, more to do). Raises StateError unless paused, and while jobs are
         active unless `force`."""
         k = self.keys
-        reply = await self.scripts.call(
-            self.client,
+        reply = await self.run(
             "obliterate",
-            self.script_keys("obliterate"),
             [k.prefix, "force" if force else "", budget],
         )
         return int(reply[1]), int(reply[0]) == 1

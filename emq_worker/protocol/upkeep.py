@@ -38,10 +38,8 @@ async def check_upkeep(
     """Check `queue`, reaping up to `reap_batch` lapsed leases (dead-lettering those at
     `max_attempts`); a check that finds nothing due vouches for it to the fleet for up to
     `window_ms`. `force` checks even then (a burst worker)."""
-    reply = await queue.scripts.call(
-        queue.client,
+    reply = await queue.run(
         "upkeep",
-        queue.script_keys("upkeep"),
         [queue.keys.prefix, max(1, window_ms), "1" if force else "", reap_batch, max_attempts],
     )
     return upkeep_due(reply)
