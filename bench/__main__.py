@@ -51,6 +51,7 @@ def measures(plan: Plan) -> dict[str, list[tuple[str, Measure]]]:
     share = plan.realistic_cpu_share
     realistic: list[tuple[str, Measure]] = [
         (f"incr c={c}", partial(scenarios.drain, task="incr", concurrency=c)),
+        (f"incr_handler c={c}", partial(scenarios.drain, task="incr_handler", concurrency=c)),
         (
             f"incr_cpu1ms c={c}",
             partial(scenarios.drain, task="incr_cpu1ms", concurrency=c, share=share),

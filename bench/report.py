@@ -77,6 +77,7 @@ def rows(plan: Plan) -> list[Row]:
     c = plan.realistic_concurrency
     for task, what in (
         ("incr", "INCR body"),
+        ("incr_handler", "INCR on the framework's handler client"),
         ("incr_cpu1ms", "INCR + 1 ms CPU body"),
     ):
         key, what = f"drain.{task}.c{c}", f"{what} drain c={c}"

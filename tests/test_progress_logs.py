@@ -18,6 +18,7 @@ from redis.asyncio.client import PubSub
 from emq_worker import App, JobContext, Producer
 from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError, FencedError
+from emq_worker.jobs.context import JobServices
 from emq_worker.jobs.writes import append_log, read_log, report_progress
 from emq_worker.protocol.replies import ClaimedJob
 from tests.support.conformance import RECEIPT_MS, Harness, held
@@ -56,9 +57,8 @@ async def admin(*args: str) -> Result:
 
 
 def context(conf: Harness, job: ClaimedJob, nonce: str | None = None) -> JobContext:
-    return JobContext(
-        conf.queue.name, job.id, job.token, "t", job.payload, conf.queue, nonce or job.nonce
-    )
+    held = job._replace(nonce=nonce or job.nonce)
+    return JobContext(held, "t", JobServices(writer=conf.queue))
 
 
 async def test_progress_writes_the_row_and_publishes_the_event(

@@ -15,6 +15,7 @@ from arq import Worker, create_pool  # type: ignore[import-not-found]
 from arq.connections import RedisSettings  # type: ignore[import-not-found]
 
 from bench.runners.common import (
+    BODY_KEY,
     Body,
     Tally,
     concurrently,
@@ -43,6 +44,12 @@ async def incr(ctx: dict[str, Any]) -> None:
     await Body.incr()
 
 
+async def incr_handler(ctx: dict[str, Any]) -> None:
+    """The INCR through the client the framework hands its jobs (ctx["redis"])."""
+    TALLY.start()
+    await ctx["redis"].incr(BODY_KEY)
+
+
 async def incr_cpu1ms(ctx: dict[str, Any]) -> None:
     TALLY.start()
     await Body.incr()
@@ -58,7 +65,7 @@ async def probe(ctx: dict[str, Any], t: float) -> None:
     TALLY.probe(t)
 
 
-FUNCTIONS = [noop, sleep1ms, incr, incr_cpu1ms, hold, probe]
+FUNCTIONS = [noop, sleep1ms, incr, incr_handler, incr_cpu1ms, hold, probe]
 
 
 async def pool(cfg: dict[str, Any]) -> Any:

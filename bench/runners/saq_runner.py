@@ -14,6 +14,7 @@ from typing import Any
 from saq import Queue, Worker  # type: ignore[import-not-found]
 
 from bench.runners.common import (
+    BODY_KEY,
     Body,
     Tally,
     concurrently,
@@ -41,6 +42,12 @@ async def incr(ctx: dict[str, Any]) -> None:
     await Body.incr()
 
 
+async def incr_handler(ctx: dict[str, Any]) -> None:
+    """The INCR through the client the framework hands its jobs (ctx["queue"].redis)."""
+    TALLY.start()
+    await ctx["queue"].redis.incr(BODY_KEY)
+
+
 async def incr_cpu1ms(ctx: dict[str, Any]) -> None:
     TALLY.start()
     await Body.incr()
@@ -56,7 +63,7 @@ async def probe(ctx: dict[str, Any], *, t: float) -> None:
     TALLY.probe(t)
 
 
-FUNCTIONS = [noop, sleep1ms, incr, incr_cpu1ms, hold, probe]
+FUNCTIONS = [noop, sleep1ms, incr, incr_handler, incr_cpu1ms, hold, probe]
 
 
 async def queue_of(cfg: dict[str, Any]) -> Any:

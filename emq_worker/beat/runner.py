@@ -24,7 +24,7 @@ from emq_worker.beat.state import WorkerState
 from emq_worker.beat.timeouts import JobTimeouts
 from emq_worker.errors import PayloadError, UnknownTaskError
 from emq_worker.jobs import codec, tracing
-from emq_worker.jobs.context import JobContext
+from emq_worker.jobs.context import JobContext, JobServices
 from emq_worker.jobs.policy import Policy, resolve
 from emq_worker.jobs.process_pool import ProcessPool
 from emq_worker.jobs.process_tasks import check_process_tasks
@@ -65,6 +65,7 @@ def _withdraw_cancel() -> bool:
 
 class JobRunner:
     def __init__(self, state: WorkerState, app: App, batcher: SettleBatcher) -> None:
+        self.state = state
         self.app = app
         self.batcher = batcher
         self.settings = state.settings
@@ -147,14 +148,14 @@ class JobRunner:
         return False
 
     def _prepare(self, job: ClaimedJob) -> Call:
-        writer = self.batcher.queues.get(job.queue)
+        services = JobServices(self.batcher.queues.get(job.queue), self.state.handler_client)
         raw = self.app.raw.get(job.queue)
         if raw is not None:
-            ctx = JobContext(job.queue, job.id, job.token, raw.name, job.payload, writer, job.nonce)
+            ctx = JobContext(job, raw.name, services)
             return Call(raw, ctx, {}, self._policy_of(raw), raw=True)
         message = codec.decode_message(job.payload)
         task = self.app.lookup(message.task)
-        ctx = JobContext(job.queue, job.id, job.token, message.task, job.payload, writer, job.nonce)
+        ctx = JobContext(job, message.task, services)
         task.check_kwargs(ctx, message.kwargs)
         options = message.options
         policy = (

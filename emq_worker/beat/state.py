@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.lease import LeaseBook, SlotSignal
@@ -52,3 +53,5 @@ class WorkerState:
     book: LeaseBook = field(default_factory=LeaseBook)
     slots: SlotSignal = field(default_factory=SlotSignal)
     pace: Pace = field(default_factory=Pace)
+    handler_client: Any = None
+    """The client handlers get as `ctx.redis` (valkey/autopipeline.py); None: none to give."""

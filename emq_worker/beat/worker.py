@@ -35,6 +35,7 @@ from emq_worker.observe.metrics import Counters
 from emq_worker.observe.sdnotify import Notifier
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.server.autopipeline import handler_client
 from emq_worker.server.connection import connect
 from emq_worker.server.failures import RETRYABLE, describe
 
@@ -111,10 +112,15 @@ class Worker:
     async def _run(self, client: Redis) -> None:
         scripts = Scripts()
         await scripts.load_all(client)
-        parts = self._assemble(client, scripts)
-        with anyio.CancelScope() as root:
-            self._root = root
-            await self._serve(parts)
+        handlers = handler_client(client)
+        parts = self._assemble(client, scripts, handlers)
+        try:
+            with anyio.CancelScope() as root:
+                self._root = root
+                await self._serve(parts)
+        finally:
+            if handlers is not client:  # its own batches, on the worker's connections
+                await handlers.aclose()
         self.http = None
         self.log.info("worker_stopped", forced=root.cancel_called, **self.counters.snapshot())
 
@@ -133,13 +139,14 @@ class Worker:
         self.ready.set()
         self.notifier.ready(f"serving {', '.join(settings.queues)}")
 
-    def _assemble(self, client: Redis, scripts: Scripts) -> Parts:
+    def _assemble(self, client: Redis, scripts: Scripts, handlers: Redis) -> Parts:
         settings = self.settings
         self.presence = WorkerRegistry(
             client, settings.queues, settings.concurrency, settings.beat_ms, settings.lease_ms
         )
         queues = {name: Queue(client, scripts, name) for name in settings.queues}
         state = WorkerState(settings, queues, self.counters, self._clock, self._rng, self.stop)
+        state.handler_client = handlers
         batcher = SettleBatcher(state)
         runner = JobRunner(state, self.app, batcher)
         registry = CollectorRegistry(auto_describe=True) if settings.http else None

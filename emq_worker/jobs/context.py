@@ -3,49 +3,77 @@ fenced writes it may make about itself (progress, job log lines)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from redis.asyncio import Redis
 
 from emq_worker.errors import ConfigError, FencedError
 from emq_worker.jobs import tracing
 from emq_worker.jobs.children import children_failures, children_results
 from emq_worker.jobs.writes import LOG_KEEP, append_log, report_progress
-from emq_worker.protocol.names import JobId, Token
+from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.replies import ClaimedJob
 from emq_worker.protocol.values import HeldLease
+
+
+@dataclass(frozen=True, slots=True)
+class JobServices:
+    """What a running job may use beyond its own facts: the queue its fenced writes go to
+    (progress, job log, children's results) and the handlers' client (`ctx.redis`)."""
+
+    writer: Queue | None = None
+    redis: Any = None
+
+
+NO_SERVICES = JobServices()
 
 
 class JobContext:
     """Read-only facts about the running job, a logger bound to them (made on first use, so a
-    job that never logs pays nothing for it), and `progress` / `append_log`."""
+    job that never logs pays nothing for it), `progress` / `append_log`, and `redis`, the
+    worker's client for the handler's own calls."""
 
-    __slots__ = ("_log", "_queue", "job_id", "nonce", "payload", "queue", "span", "task", "token")
+    __slots__ = (
+        "_log",
+        "_services",
+        "job_id",
+        "nonce",
+        "payload",
+        "queue",
+        "span",
+        "task",
+        "token",
+    )
 
-    def __init__(
-        self,
-        queue: str,
-        job_id: JobId,
-        token: Token,
-        task: str,
-        payload: bytes,
-        writer: Queue | None = None,
-        nonce: str = "",
-    ) -> None:
-        self.queue = queue
-        self.job_id = job_id
-        self.token = token
+    def __init__(self, job: ClaimedJob, task: str, services: JobServices = NO_SERVICES) -> None:
+        self.queue = job.queue
+        self.job_id = job.id
+        self.token = job.token
         """The attempts value this claim got: 1 on the first run, 2 on the first retry, ..."""
         self.task = task
-        self.payload = payload
+        self.payload = job.payload
         """The raw payload as it is on the wire (for raw handlers; task handlers get kwargs)."""
-        self.nonce = nonce
+        self.nonce = job.nonce
         """The claim's nonce: with the token, what proves this run still owns the job."""
         self.span: Any = None
         """The attempt's OpenTelemetry span while tracing is on (the `otel` extra and a tracer
         provider), else None: current while the handler runs, unless the handler opens its own."""
-        self._queue = writer
+        self._services = services
         self._log: structlog.typing.FilteringBoundLogger | None = None
+
+    @property
+    def redis(self) -> Redis:
+        """The worker's client for the handler's own Valkey calls (`await ctx.redis.incr(k)`):
+        the commands concurrent handlers send in one turn of the event loop go out together on
+        a few shared connections (docs/guide/jobs.md). Bytes in, bytes out. Not available in a
+        process-pool task (`executor="process"`)."""
+        if self._services.redis is None:
+            raise ConfigError(f"job {self.job_id}: this context has no client (a pool process)")
+        client: Redis = self._services.redis
+        return client
 
     @property
     def attempt(self) -> int:
@@ -101,9 +129,9 @@ class JobContext:
         return await children_failures(self._writer(), self.job_id)
 
     def _writer(self) -> Queue:
-        if self._queue is None:
+        if self._services.writer is None:
             raise ConfigError(f"job {self.job_id}: this context was built without a queue to write")
-        return self._queue
+        return self._services.writer
 
     def _held(self) -> HeldLease:
         return HeldLease(self.job_id, self.token, self.nonce)

@@ -20,6 +20,7 @@ from emq_worker.jobs.process_tasks import handler_at
 from emq_worker.jobs.results import encode_result
 from emq_worker.jobs.traces import bounded_trace
 from emq_worker.protocol.names import JobId, Token
+from emq_worker.protocol.replies import ClaimedJob
 
 
 def serve(conn: Connection) -> None:
@@ -39,15 +40,15 @@ def run_request(request: dict[str, Any]) -> dict[str, Any]:
     """Call the handler a request names; the reply says how it went (JSON-safe)."""
     try:
         fn = handler_at(request["module"], request["qualname"])
-        ctx = JobContext(
+        claimed = ClaimedJob(
             request["queue"],
             JobId(request["job_id"]),
-            Token(request["token"]),
-            request["task"],
             request["payload"].encode("utf-8", "surrogateescape"),
-            None,  # no Redis here: progress and job logs are not available in a pool process
+            Token(request["token"]),
             request["nonce"],
         )
+        # No Redis here: progress, job logs and ctx.redis are not available in a pool process.
+        ctx = JobContext(claimed, request["task"])
         value = fn(ctx, **request["kwargs"])
     except Exception as exc:  # the handler's failure becomes the job's: reported, not raised
         return {"error": f"{type(exc).__name__}: {exc}", "trace": bounded_trace(exc)}
