@@ -4,7 +4,10 @@ lease was taken over. Skipped when no PostgreSQL binaries are installed (Debian'
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,6 +67,21 @@ def test_the_store_keeps_the_highest_token_and_refuses_a_lower_one(
     credits = "SELECT amount, token FROM credits WHERE job_id = %s"
     assert rows(postgres, credits, job) == [(300, 3)]
     assert rows(postgres, "SELECT token FROM job_fence WHERE job_id = %s", job) == [(3,)]
+
+
+def test_running_the_module_creates_the_tables_the_recipe_writes(postgres: PostgresServer) -> None:
+    """The set-up step the how-to shows: `python -m emq_worker.examples.fenced_store`, given
+    libpq's variables, creates the schema in an empty database."""
+    database = "fresh_schema"
+    with psycopg.connect(postgres.conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {database}")
+        conn.execute(f"CREATE DATABASE {database}")
+    env = {**os.environ, **postgres.environment, "PGDATABASE": database}
+    module = "emq_worker.examples.fenced_store"
+    subprocess.run([sys.executable, "-m", module], env=env, check=True, timeout=60)
+    with psycopg.connect(f"{postgres.conninfo} dbname={database}") as conn:
+        tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        assert sorted(row[0] for row in tables) == ["credits", "job_fence"]
 
 
 @pytest.mark.slow

@@ -76,6 +76,8 @@ def write_fenced(
 
 
 def create_schema(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Create the two tables, once (two sessions racing a CREATE TABLE IF NOT EXISTS can both
+    try to create them: do it before the workers start, as a migration would)."""
     with conn.transaction():
         conn.execute(SCHEMA)
 
@@ -96,6 +98,11 @@ def credit_account(
 def credit(ctx: JobContext, account: str, amount: int) -> None:
     """Credit `amount` to `account` (a sync handler: psycopg's blocking calls run in a thread).
     A stale holder's write raises StaleTokenError; its fail is fenced by the queue too."""
-    with psycopg.connect("") as conn:
-        create_schema(conn)
+    with psycopg.connect("") as conn:  # a real app keeps a pool (psycopg_pool)
         credit_account(conn, ctx, account, amount)
+
+
+# Once, before the first worker starts: python -m emq_worker.examples.fenced_store
+if __name__ == "__main__":
+    with psycopg.connect("") as setup:
+        create_schema(setup)
