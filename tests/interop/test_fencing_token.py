@@ -1,19 +1,21 @@
 """The fencing token a handler hands its own store (`JobContext.fencing_token`) climbs for a job
 on every path that gives it to a new holder, ours and EchoMQ's alike: a reaped lease, a retry, a
-hand-back, EchoMQ's stalled sweep and its claim, a dead job reprocessed. Its scope ends with the
-row: the same caller-chosen id enqueued again once the row is gone is a new job counting from 1
-(docs/how-to/fencing.md says so)."""
+hand-back, a withdrawn offer, EchoMQ's stalled sweep and its claim, a dead job reprocessed. Its
+scope ends with the row: the same caller-chosen id enqueued again once the row is gone is a new
+job counting from 1 (docs/how-to/fencing.md says so)."""
 
 from __future__ import annotations
 
 from emq_worker import JobContext
 from emq_worker.protocol.names import JobId, Token
 from emq_worker.protocol.replies import ClaimedJob
+from emq_worker.protocol.values import OfferTerms, new_nonce
 from tests.interop.echomq import EchoMQ
 from tests.support.conformance import RECEIPT_MS, Harness, held, lapse
 
 SHORT_LEASE_MS = 100
 MANY = 100
+OFFER_MS = 10_000
 
 
 def fencing_token(conf: Harness, job_id: str, token: int) -> int:
@@ -64,6 +66,21 @@ async def test_the_token_climbs_on_every_path_that_hands_the_job_to_a_new_holder
 
     assert seen == sorted(set(seen)), f"the token went back or repeated: {seen}"
     assert seen == [1, 2, 3, 4, 5, 6]
+
+
+async def test_a_job_handed_to_an_offer_and_withdrawn_counts_on_from_its_hand_off(
+    conf: Harness,
+) -> None:
+    """An enqueue leases a job straight to a parked worker's offer (attempts 1); the worker's
+    graceful stop withdraws it, and the next claim gets the next number."""
+    offer = new_nonce()
+    await conf.enqueue()  # a claim that empties pending leaves the offer
+    first = await conf.queue.claim(10, SHORT_LEASE_MS, new_nonce(), OfferTerms(offer, OFFER_MS))
+    assert first.offered
+    job_id = await conf.enqueue()
+    assert await conf.field(job_id, "attempts") == b"1"  # leased to the offer
+    assert await conf.queue.withdraw(offer, SHORT_LEASE_MS) == 1
+    assert token_of(conf, await ours(conf, job_id)) == 2
 
 
 async def test_a_chosen_id_enqueued_again_after_its_row_is_gone_counts_from_one(
