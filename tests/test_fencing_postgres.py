@@ -69,6 +69,7 @@ def test_the_store_keeps_the_highest_token_and_refuses_a_lower_one(
     assert rows(postgres, "SELECT token FROM job_fence WHERE job_id = %s", job) == [(3,)]
 
 
+@pytest.mark.slow
 def test_running_the_module_creates_the_tables_the_recipe_writes(postgres: PostgresServer) -> None:
     """The set-up step the how-to shows: `python -m emq_worker.examples.fenced_store`, given
     libpq's variables, creates the schema in an empty database."""
