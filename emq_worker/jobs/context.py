@@ -80,6 +80,15 @@ class JobContext:
         return int(self.token)
 
     @property
+    def fencing_token(self) -> int:
+        """The number your own store checks to refuse a superseded holder's late write: it only
+        climbs for this job across its attempts (reaps, retries, hand-backs, reprocess, EchoMQ's
+        claims), so keep the highest one seen per job id and refuse a lower one
+        (docs/how-to/fencing.md). It is the claim's `attempts` value; a caller-chosen id enqueued
+        again after its row is gone starts a new job, and its count starts again at 1."""
+        return int(self.token)
+
+    @property
     def log(self) -> structlog.typing.FilteringBoundLogger:
         """A structlog logger bound to the job (the worker's own log, not the job log)."""
         if self._log is None:
