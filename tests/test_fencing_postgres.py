@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from emq_worker import JobContext, Producer
 from emq_worker.examples.fenced_store import StaleTokenError, create_schema, credit_account
 from emq_worker.protocol.names import JobId, Token
+from emq_worker.protocol.replies import ClaimedJob
 from tests.apps.fenced_store import release_path
 from tests.support.postgres import PostgresServer, find_binaries
 from tests.support.processes import WorkerProcesses
@@ -51,7 +52,7 @@ def rows(postgres: PostgresServer, query: str, job: str) -> list[Row]:
 
 
 def context(job_id: str, token: int) -> JobContext:
-    return JobContext("payments", JobId(job_id), Token(token), "credit", b"")
+    return JobContext(ClaimedJob("payments", JobId(job_id), b"", Token(token), ""), "credit")
 
 
 def test_the_store_keeps_the_highest_token_and_refuses_a_lower_one(

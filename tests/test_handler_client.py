@@ -5,7 +5,6 @@ caller leaves the shared connection sound, and a blocking command holds up nobod
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -83,10 +82,14 @@ async def test_a_caller_cancelled_mid_call_leaves_the_connections_sound(
     batched: AutoPipelined, queue_name: str
 ) -> None:
     key = f"{queue_name}:n"
+
+    async def incr() -> None:
+        await batched.incr(key)
+
     for _ in range(20):
         async with anyio.create_task_group() as group:
             for _ in range(10):
-                group.start_soon(functools.partial(batched.incr, key))
+                group.start_soon(incr)
             await anyio.lowlevel.checkpoint()  # the batch goes out, its replies still unread
             group.cancel_scope.cancel()
         # whatever the cancelled callers' replies were, later callers read their own

@@ -20,7 +20,8 @@ OFFER_MS = 10_000
 
 def fencing_token(conf: Harness, job_id: str, token: int) -> int:
     """The token the runner's context would give a handler of this claim."""
-    return JobContext(conf.queue.name, JobId(job_id), Token(token), "t", b"").fencing_token
+    claimed = ClaimedJob(conf.queue.name, JobId(job_id), b"", Token(token), "")
+    return JobContext(claimed, "t").fencing_token
 
 
 async def ours(conf: Harness, job_id: JobId) -> ClaimedJob:
