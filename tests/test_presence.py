@@ -110,3 +110,29 @@ async def test_entries_per_queue_of_earlier_workers_are_still_read(
     await client.zadd(keys.workers, {"old:2:cafe": 1})
     [found] = await live_workers(client, queue_name)
     assert (found["id"], found["held_here"]) == ("old:2:cafe", 3)
+
+
+async def test_an_acl_without_the_workers_keys_announces_on_each_queue_instead(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """An ACL line of an earlier release grants the queue's keys but not `{emq}:worker:*`: the
+    worker is still seen, through an entry on the queue."""
+    user, password = f"presence-{queue_name}", "presence-secret"
+    await client.acl_setuser(
+        user,
+        enabled=True,
+        passwords=[f"+{password}"],
+        keys=[f"emq:{{{queue_name}}}:*"],
+        commands=["+@all"],
+    )
+    limited = Redis.from_url(redis_url.replace("redis://", f"redis://{user}:{password}@"))
+    try:
+        registry = WorkerRegistry(limited, [queue_name], concurrency=1, beat_ms=1_000)
+        await registry.beat(Presence(held=0, completed=0))
+        assert registry.per_queue
+        assert [w["id"] for w in await live_workers(client, queue_name)] == [registry.id]
+        await registry.leave()
+        assert await live_workers(client, queue_name) == []
+    finally:
+        await limited.aclose()
+        await client.acl_deluser(user)
