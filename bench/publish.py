@@ -121,13 +121,14 @@ def measure_idle(server: str | None) -> float:
     return cost.commands_s
 
 
-def run(server: str | None) -> dict[str, Any]:
+def run(server: str | None, quick: bool = False) -> dict[str, Any]:
     from bench.__main__ import main as bench_main
 
     with tempfile.TemporaryDirectory() as tmp:
         raw_path = Path(tmp) / "bench.json"
         server_args = ["--server", server] if server else []
-        code = bench_main(["--json", str(raw_path), *server_args])
+        quick_args = ["--quick"] if quick else []
+        code = bench_main(["--json", str(raw_path), *server_args, *quick_args])
         if code != 0:
             raise SystemExit(f"python -m bench failed ({code}): nothing published")
         raw = json.loads(raw_path.read_text())
@@ -139,9 +140,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--publish", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--from", dest="source", type=Path, help="a published JSON: tables only")
     parser.add_argument("--server", default=None, metavar="redis|valkey|PATH")
+    parser.add_argument("--quick", action="store_true", help="the quick plan: to try, not publish")
     args = parser.parse_args(argv)
     if args.source is None:
-        published = run(args.server)
+        published = run(args.server, args.quick)
         day = dt.datetime.now(dt.UTC).date().isoformat()
         path = PUBLISHED / f"{day}-published.json"
         path.write_text(json.dumps(published, indent=2) + "\n")

@@ -1,12 +1,14 @@
 """README's headline figures are the latest published run's (docs/benchmarks/*-published.json,
-written by `python -m bench --publish`): a hand edit of the table, or a new run whose table was
-not regenerated, fails here."""
+written by `python -m bench --publish`), and the guarantees page's table the latest full chaos
+run's (docs/benchmarks/*-guarantees.json, `python -m tests.chaos --publish`): a hand edit of a
+table, or a new run whose table was not regenerated, fails here."""
 
 from __future__ import annotations
 
 import json
 
 from bench import publish
+from tests.chaos import publish as chaos_publish
 
 
 def test_readmes_headline_table_is_generated_from_the_latest_published_json() -> None:
@@ -35,3 +37,17 @@ def test_a_table_cell_is_written_as_the_readme_writes_it() -> None:
         "262 ms",
     ]
     assert [publish.written(v, "ratio") for v in (0.0204, 6.002)] == ["0.02", "6.0"]
+
+
+def test_the_guarantees_table_is_generated_from_the_latest_chaos_json() -> None:
+    source = chaos_publish.latest()
+    published = json.loads(source.read_text())
+    shown = chaos_publish.block_of(chaos_publish.PAGE.read_text())
+    assert shown == chaos_publish.block(published), (
+        f"guarantees.md's table differs from {source.name}: run "
+        f"`python -m tests.chaos --publish --from {source.relative_to(chaos_publish.REPO)}`"
+    )
+    assert {"commit", "date", "server", "records"} <= set(published)
+    assert all(
+        record["lost"] == 0 or "no persistence" in record["row"] for record in published["records"]
+    )
