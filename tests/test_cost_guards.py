@@ -1,6 +1,7 @@
 """What the server is asked, counted, not timed: each figure in docs/benchmarks/counts.json is
-asserted within 10 %, so a change that makes an idle queue or a presence refresh dearer fails
-here, at once and on any machine, rather than in a benchmark someone reruns later.
+asserted within 10 %, so a change that makes an idle queue, a presence refresh, a claim, a settle
+or a retry dearer (or cheaper: then publish the new figure) fails here, at once and on any
+machine, rather than in a benchmark someone reruns later.
 
 Counted by INFO commandstats (commands run inside scripts included) on a server of its own, one
 operation at a time; the client's connection (HELLO, the version fence) and the scripts' loading
@@ -17,6 +18,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from bench import lanes_cost
+from bench.server import BenchRedis, server_binary
+from emq_worker import JobSpec, Producer
 from emq_worker.beat.agenda import check_window_s
 from emq_worker.beat.presence import (
     BEATS_TO_LIVE,
@@ -26,7 +30,10 @@ from emq_worker.beat.presence import (
     WorkerRegistry,
 )
 from emq_worker.beat.supervisor import PRESENCE_SHARE
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.upkeep import check_upkeep
+from emq_worker.protocol.values import Failure, HeldLease
+from emq_worker.server.connection import connect
 from tests.support.commands import OBSERVER_COMMANDS
 from tests.support.conformance import Harness
 from tests.support.server import RedisServer
@@ -34,6 +41,7 @@ from tests.support.server import RedisServer
 COUNTS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "counts.json"
 TOLERANCE = 0.10
 WINDOW_MS, REAP_BATCH, MAX_ATTEMPTS = 10_000, 100, 3
+LEASE_MS, RECEIPT_MS = 600_000, 60_000
 QUEUES = 100
 BEAT_S, LEASE_S = 1.0, 30.0
 """The defaults (WorkerSettings): the schedule the per-minute figure is counted by."""
@@ -125,3 +133,65 @@ def test_an_idle_queue_costs_one_worker_what_is_published_per_minute(
     per_queue = checks + refreshes * per_refresh / QUEUES
     assert within(per_queue, published["idle_commands_per_queue_per_minute_100_queues"]), per_queue
     assert per_queue <= 60, "an idle queue must cost at most one command a second"
+
+
+JOBS_B100, JOBS_B1 = 1_000, 100
+"""Small runs: the counts per job are exact, and the same at these sizes as at the bench's."""
+
+
+@pytest.fixture(scope="module")
+def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchRedis]:
+    with BenchRedis(tmp_path_factory.mktemp("per-job"), None, server_binary(None)) as server:
+        yield server
+
+
+@pytest.mark.parametrize("scenario", ["flat", "priority", "lanes-10", "lanes-10-limited", "mixed"])
+async def test_a_claim_and_a_settle_cost_what_is_published_per_job(
+    bench_server: BenchRedis, published: dict[str, Any], scenario: str
+) -> None:
+    figures = published["per_job_commands"][scenario]
+    busy = await lanes_cost.run_once(bench_server, scenario, JOBS_B100, 100)
+    single = await lanes_cost.run_once(bench_server, scenario, JOBS_B1, 1)
+    measured = {
+        "claim_b100": busy.claim_cmds,
+        "settle_b100": busy.settle_cmds,
+        "claim_b1": single.claim_cmds,
+        "settle_b1": single.settle_cmds,
+    }
+    off = {k: (round(v, 2), figures[k]) for k, v in measured.items() if not within(v, figures[k])}
+    assert not off, f"{scenario}: measured vs published {off}"
+
+
+async def retried_per_job(server: BenchRedis, jobs: int, batch: int) -> float:
+    """Commands per job of a settle that fails every job with a delay (a retry scheduled)."""
+    server.flush()
+    client = connect(server.url, DEFAULT_WIRE_VERSION)
+    try:
+        producer = Producer(client)
+        queue = producer.queue("guard.retry")
+        await producer.enqueue_many(queue.name, [JobSpec(payload=b"x")] * jobs)
+        await queue.claim(0, LEASE_MS)  # the scripts loaded before the count
+        commands = done = 0
+        while done < jobs:
+            claimed = (await queue.claim(batch, LEASE_MS)).jobs
+            failures = [
+                Failure(HeldLease(job.id, job.token, job.nonce), 60_000, 3, "boom")
+                for job in claimed
+            ]
+            commands -= lanes_cost._read(server).cmds
+            await queue.settle(failures, RECEIPT_MS)
+            commands += lanes_cost._read(server).cmds
+            done += len(claimed)
+    finally:
+        await client.aclose()
+    return commands / jobs
+
+
+async def test_a_retry_costs_what_is_published_per_job(
+    bench_server: BenchRedis, published: dict[str, Any]
+) -> None:
+    figures = published["per_job_commands"]["retry"]
+    busy = await retried_per_job(bench_server, JOBS_B100, 100)
+    single = await retried_per_job(bench_server, JOBS_B1, 1)
+    assert within(busy, figures["settle_b100"]), busy
+    assert within(single, figures["settle_b1"]), single
