@@ -167,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import cluster  # its own options: python -m bench --cluster --help
 
         return cluster.main(sys.argv[1:] if argv is None else argv)
+    if "--publish" in (sys.argv[1:] if argv is None else argv):
+        from bench import publish  # its own options: python -m bench --publish --help
+
+        return publish.main(sys.argv[1:] if argv is None else argv)
     if "--idle" in (sys.argv[1:] if argv is None else argv):
         from bench import idle  # its own options: python -m bench --idle --help
 

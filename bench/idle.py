@@ -163,16 +163,30 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--server", default=None, metavar="redis|valkey|PATH")
     args = parser.parse_args(argv)
     rows = [Row.parse(text) for text in args.rows.split(",")]
-    binary = server_binary(args.server)
     print(HEADER)
-    with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp), binary=binary) as server:
-        for row in rows:
-            cost = measure(server, row, args.window)
-            print(
-                f"| {row.workers} | {row.queues} | {row.pending} | {row.tokens} "
-                f"| {cost.commands_s:.0f} "
-                f"| {cost.round_trips_s:.0f} | {cost.worker_cpu:.1f} | {cost.redis_cpu:.1f} "
-                f"| {cost.top} |",
-                flush=True,
-            )
+    measure_rows(rows, args.window, args.server, report=True)
     return 0
+
+
+def measure_rows(
+    rows: list[Row], window_s: float, server: str | None, *, report: bool = False
+) -> list[tuple[Row, Cost]]:
+    """Each row's cost on a fresh server (`report`: print each row's line as it comes)."""
+    binary = server_binary(server)
+    costs = []
+    with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp), binary=binary) as redis:
+        for row in rows:
+            cost = measure(redis, row, window_s)
+            costs.append((row, cost))
+            if report:
+                print(line(row, cost), flush=True)
+    return costs
+
+
+def line(row: Row, cost: Cost) -> str:
+    return (
+        f"| {row.workers} | {row.queues} | {row.pending} | {row.tokens} "
+        f"| {cost.commands_s:.0f} "
+        f"| {cost.round_trips_s:.0f} | {cost.worker_cpu:.1f} | {cost.redis_cpu:.1f} "
+        f"| {cost.top} |"
+    )

@@ -1,8 +1,9 @@
 """What an idle fleet asks of the server, counted by INFO commandstats (commands run inside
 scripts included) on a server of its own, over a window: a count, not a timing.
 
-Issue 22's targets: one idle worker serving 100 queues makes under 200 commands/s; eight idle
-workers on one queue make under 50 commands/s in all. Before, every worker reaped, promoted,
+Targets: one idle worker serving 100 queues makes at most one command per queue per second (it
+made ~210 when presence cost four commands per queue every refresh and an idle check ten); eight
+idle workers on one queue make under 50 commands/s in all. Before, every worker reaped, promoted,
 scanned repeats and claimed every queue every beat (about 27 commands per queue per worker per
 second), and wake tokens left over from a backlog (up to 64 per queue) were popped one per park,
 each followed by a claim on every queue: a worker on 100 such queues spun for minutes.
@@ -50,7 +51,7 @@ def per_second(counts: dict[str, int], window_s: float) -> float:
     return sum(counts.values()) / window_s
 
 
-async def test_one_idle_worker_serving_100_queues_makes_under_200_commands_a_second(
+async def test_one_idle_worker_serving_100_queues_makes_at_most_100_commands_a_second(
     idle_server: RedisServer, observer: Redis
 ) -> None:
     queues = tuple(f"idle-{n}" for n in range(100))
@@ -59,7 +60,7 @@ async def test_one_idle_worker_serving_100_queues_makes_under_200_commands_a_sec
         await parked(observer)
         counts = await commands_in(observer, WINDOW_S)
     rate = per_second(counts, WINDOW_S)
-    assert rate < 200, f"{rate:.0f} commands/s; most called: {counts.most_common(8)}"
+    assert rate <= 100, f"{rate:.0f} commands/s; most called: {counts.most_common(8)}"
 
 
 async def test_eight_idle_workers_on_one_queue_make_under_50_commands_a_second_in_all(

@@ -240,6 +240,23 @@ def maybe_uvloop(cfg: dict[str, Any]) -> None:
         uvloop.install()
 
 
+GC_YOUNG_THRESHOLD = 20_000
+"""The young-generation threshold `emq-worker run` sets (emq_worker/beat/daemon.py, kept equal
+by tests/test_bench_fairness.py): every runner sets it too, so no system runs tuned alone."""
+
+
+def tune_runtime() -> None:
+    """What `emq-worker run` does to the runtime once the app is imported, done for every system
+    alike (standard library only): freeze what is imported so far out of the collector's sight,
+    and collect the youngest generation less often."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+
+
 StartWorker = Callable[[dict[str, Any], int], Coroutine[Any, Any, tuple[Any, Any, Any]]]
 """A peer runner's `start_worker(cfg, n)`: (worker, all_started event, all_done event)."""
 
@@ -294,6 +311,7 @@ def run_peer(modes: dict[str, Mode]) -> None:
     cfg = config()
     Body.url = cfg["url"]
     maybe_uvloop(cfg)
+    tune_runtime()  # the same tuning as emq-worker's runner
     count_sends()
     asyncio.run(modes[cfg["mode"]](cfg))
     finish()

@@ -5,12 +5,14 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import structlog
 
 from bench.apps_emq import make_app
 from bench.runners.common import (
@@ -24,12 +26,22 @@ from bench.runners.common import (
     finish,
     memory_kb,
     paced,
+    tune_runtime,
 )
 from emq_worker import JobSpec, Producer, Worker, WorkerSettings
-from emq_worker.beat.daemon import tune_runtime
-from emq_worker.observe.log import configure
 
 COMPLETION_POLL_S = 0.0005
+
+
+def quiet_logs() -> None:
+    """Warnings and errors only, as JSON lines: what a user embedding `Worker` configures with
+    structlog itself (the worker logs through structlog; the peers log at Python's default,
+    warning)."""
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.JSONRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        cache_logger_on_first_use=True,
+    )
 
 
 def worker_settings(cfg: dict[str, Any]) -> WorkerSettings:
@@ -146,8 +158,8 @@ MODES: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
 def main() -> None:
     cfg = config()
     Body.url = cfg["url"]
-    configure("json", "warning")
-    tune_runtime()  # as `emq-worker run` does
+    quiet_logs()
+    tune_runtime()  # as `emq-worker run` does, and as every peer's runner does
     count_sends()
     anyio.run(MODES[cfg["mode"]], cfg, backend_options={"use_uvloop": bool(cfg.get("uvloop"))})
     finish()

@@ -1,11 +1,15 @@
-"""Who is alive: each worker announces itself on every queue it serves, once per beat.
+"""Who is alive: each worker announces itself, every third of its entry's TTL.
 
-`emq:{q}:worker:<id>` is a string holding a small JSON description (host, pid, version, queues,
-concurrency, busy slots, the jobs it holds on that queue and for how long, how many it completed,
-when it last beat), with a TTL of a few beats: a worker that stops beating disappears by itself,
-and one that stops gracefully deletes its entries. `emq:{q}:workers` indexes them (a ZSET scored
-by the last beat), so readers never SCAN the keyspace. One pipelined round trip per beat,
-whatever the number of queues.
+`{emq}:worker:<id>` is a string holding a small JSON description (host, pid, version, queues,
+concurrency, busy slots, how many it completed, when it last beat, and per queue where it holds
+any the jobs it holds and for how long), with a TTL of a few beats: a worker that stops beating
+disappears by itself, and one that stops gracefully deletes its entry. `{emq}:workers` indexes
+them (a ZSET scored by the last beat), so readers never SCAN the keyspace. Four commands per
+refresh whatever the number of queues: an idle worker's presence used to cost four per queue.
+
+A user whose ACL does not grant the `{emq}:` keys gets NOPERM: the registry then falls back to
+one entry per queue (`emq:{q}:worker:<id>`, indexed by `emq:{q}:workers`), which readers still
+read (and workers of earlier versions write).
 """
 
 from __future__ import annotations
@@ -16,16 +20,21 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import NoPermissionError
 
 from emq_worker.beat.lease import Lease
-from emq_worker.protocol.keys import QueueKeys
-from emq_worker.server.scan import BoundedScan
+from emq_worker.beat.presence_read import HELD_ON
+from emq_worker.beat.presence_read import Entry as Entry
+from emq_worker.beat.presence_read import live_workers as live_workers
+from emq_worker.beat.presence_read import presence_entries as presence_entries
+from emq_worker.protocol.keys import WORKERS_KEY, QueueKeys, worker_entry_key
 
 BEATS_TO_LIVE = 3
 MIN_TTL_MS = 10_000
@@ -35,8 +44,9 @@ HELD_LISTED = 100
 INDEX_PRUNE_TTLS = 10
 """An index member whose worker has not beaten for this many entry TTLs is dropped (by any
 worker's beat: generous, as the score is the member's own clock)."""
-WORKERS_READ = 500
-"""Index members a reader looks at per queue (the most recent beats)."""
+PRUNE_EVERY = 10
+"""Refreshes between two prunes of the index (and renewals of its TTL, INDEX_PRUNE_TTLS entry
+TTLs long): the others cost a SET and a ZADD."""
 
 
 def worker_key(keys: QueueKeys, worker_id: str) -> str:
@@ -85,6 +95,9 @@ class WorkerRegistry:
         self.id = f"{self.host}:{self.pid}:{secrets.token_hex(2)}"
         self.started = time.time()
         self.version = package_version()
+        self._refreshes = 0
+        self.per_queue = False
+        """The ACL refused `{emq}:` keys: one entry per queue instead."""
 
     def describe(self, presence: Presence, beat: float) -> dict[str, Any]:
         """The fields every queue's entry shares."""
@@ -105,33 +118,56 @@ class WorkerRegistry:
             "beat": round(beat, 3),
         }
 
-    async def beat(self, presence: Presence, serving: Collection[str] | None = None) -> None:
-        """Announce this worker on every queue, or on those in `serving` (the queues not
-        resting after a failure: on a cluster, one whose node is lost would fail the call)."""
+    async def beat(self, presence: Presence) -> None:
+        """Announce this worker: one entry for all its queues (or, when the ACL refuses the
+        `{emq}:` keys, one per queue, as workers before 0.x did)."""
         beat = time.time()
         shared = self.describe(presence, beat)
-        beat_ms = int(beat * 1000)
+        self._refreshes += 1
+        if not self.per_queue:
+            held = {
+                name: held_on(leases, presence.now)
+                for name, leases in presence.leases.items()
+                if leases
+            }
+            entry = _json({**shared, HELD_ON: held})
+            try:
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.set(worker_entry_key(self.id), entry, px=self.ttl_ms)
+                    self._index(pipe, WORKERS_KEY, int(beat * 1000))
+                    await pipe.execute()
+                return
+            except NoPermissionError:
+                self.per_queue = True  # an ACL limited to the queues' keys
+        await self._beat_per_queue(presence, shared)
+
+    async def _beat_per_queue(self, presence: Presence, shared: dict[str, Any]) -> None:
+        beat_ms = int(float(shared["beat"]) * 1000)
         async with self.client.pipeline(transaction=False) as pipe:
             for name, keys in zip(self.queues, self.keys, strict=True):
-                if serving is not None and name not in serving:
-                    continue
-                entry = json.dumps(
-                    {**shared, **held_on(presence.leases.get(name, ()), presence.now)},
-                    separators=(",", ":"),
-                )
-                pipe.set(worker_key(keys, self.id), entry, px=self.ttl_ms)
-                pipe.zadd(keys.workers, {self.id: beat_ms})
-                pipe.zremrangebyscore(
-                    keys.workers, "-inf", beat_ms - INDEX_PRUNE_TTLS * self.ttl_ms
-                )
-                pipe.pexpire(keys.workers, INDEX_PRUNE_TTLS * self.ttl_ms)
+                held = held_on(presence.leases.get(name, ()), presence.now)
+                pipe.set(worker_key(keys, self.id), _json({**shared, **held}), px=self.ttl_ms)
+                self._index(pipe, keys.workers, beat_ms)
             await pipe.execute()
+
+    def _index(self, pipe: Pipeline, index: str, beat_ms: int) -> None:
+        """Score this worker's last beat in `index`; now and then, drop the long gone and keep
+        the index alive."""
+        pipe.zadd(index, {self.id: beat_ms})
+        if self._refreshes % PRUNE_EVERY != 1:
+            return
+        pipe.zremrangebyscore(index, "-inf", beat_ms - INDEX_PRUNE_TTLS * self.ttl_ms)
+        pipe.pexpire(index, INDEX_PRUNE_TTLS * self.ttl_ms)
 
     async def leave(self) -> None:
         async with self.client.pipeline(transaction=False) as pipe:
-            for keys in self.keys:
-                pipe.delete(worker_key(keys, self.id))
-                pipe.zrem(keys.workers, self.id)
+            if self.per_queue:
+                for keys in self.keys:
+                    pipe.delete(worker_key(keys, self.id))
+                    pipe.zrem(keys.workers, self.id)
+            else:
+                pipe.delete(worker_entry_key(self.id))
+                pipe.zrem(WORKERS_KEY, self.id)
             await pipe.execute()
 
 
@@ -145,64 +181,5 @@ def held_on(leases: Sequence[Lease], now: float) -> dict[str, Any]:
     return {"held_here": len(leases), "jobs": jobs}
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A live worker's entry on one queue, and how long ago (ms) it was written."""
-
-    queue: str
-    fields: dict[str, Any]
-    age_ms: int
-
-
-async def presence_entries(client: Redis, queues: Sequence[str]) -> list[Entry]:
-    """The live entries of every worker on `queues`: from each queue's index, or, for a queue
-    without one (workers older than the index), from a bounded SCAN. Two round trips."""
-    keys = [QueueKeys.of(name) for name in queues]
-    async with client.pipeline(transaction=False) as pipe:
-        for k in keys:
-            pipe.zrange(k.workers, 0, WORKERS_READ - 1, desc=True)
-        indexes = await pipe.execute()
-    names: list[tuple[str, str]] = []
-    for name, k, members in zip(queues, keys, indexes, strict=True):
-        found = [_text(m) for m in members] if members else await _scanned(client, k)
-        names += [(name, worker_key(k, worker_id)) for worker_id in found]
-    async with client.pipeline(transaction=False) as pipe:
-        for _, key in names:
-            pipe.get(key)
-            pipe.pttl(key)
-        replies = await pipe.execute()
-    entries = []
-    for (name, _), value, ttl in zip(names, replies[::2], replies[1::2], strict=True):
-        fields = _decoded(value)
-        if fields is not None:
-            ttl_ms = int(str(fields.get("ttl_ms", 0)) or 0)
-            age = max(0, ttl_ms - int(ttl)) if ttl_ms and int(ttl) >= 0 else 0
-            entries.append(Entry(name, fields, age))
-    return entries
-
-
-async def _scanned(client: Redis, keys: QueueKeys) -> list[str]:
-    found: list[str] = []
-    async for page in BoundedScan(client, worker_key(keys, "*")).pages():
-        found += [_text(key)[len(worker_key(keys, "")) :] for key in page]
-    return found
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _decoded(value: bytes | str | None) -> dict[str, Any] | None:
-    if value is None:
-        return None  # expired between the index and the read
-    try:
-        fields = json.loads(value)
-    except ValueError:
-        return None  # not one of ours
-    return fields if isinstance(fields, dict) else None
-
-
-async def live_workers(client: Redis, queue: str) -> list[dict[str, object]]:
-    """Every worker whose entry on `queue` has not expired, oldest first."""
-    workers = [entry.fields for entry in await presence_entries(client, [queue])]
-    return sorted(workers, key=lambda w: float(str(w.get("started", 0))))
+def _json(fields: dict[str, Any]) -> str:
+    return json.dumps(fields, separators=(",", ":"))

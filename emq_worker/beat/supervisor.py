@@ -191,13 +191,12 @@ class Supervisor:
                     await self.upkeep.fire_repeats(queue)
 
     async def announce(self) -> None:
-        """Refresh this worker's presence on the queues not resting. A node lost since they
-        were picked fails the call (its queues' own calls will rest them); presence lives for
-        several beats, so the worker skips this one rather than back off as a whole."""
+        """Refresh this worker's presence (one entry for all its queues). A node lost fails the
+        call; presence lives for several beats, so the worker skips this one rather than back
+        off as a whole."""
         if self.registry is None:
             return
         self._next_presence = self.clock.monotonic() + self.registry.ttl_ms / 1000 / PRESENCE_SHARE
-        serving = {queue.name for queue in self.isolation.ready()}
         book = self.book
         presence = Presence(
             len(book),
@@ -207,7 +206,7 @@ class Supervisor:
             self.clock.monotonic(),
         )
         try:
-            await self.registry.beat(presence, serving)
+            await self.registry.beat(presence)
         except RedisError as exc:
             if fatal(exc) or not queue_scoped(exc):
                 raise

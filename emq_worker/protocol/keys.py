@@ -15,6 +15,15 @@ from emq_worker.server.fence import VERSION_KEY as VERSION_KEY
 QUEUES_KEY = "{emq}:queues"
 """ZSET of the queues emq-worker workers serve (score: the last time one said so, unix ms): how
 the dashboard finds queues without a SCAN of the whole keyspace. Ours, not EchoMQ's."""
+WORKERS_KEY = "{emq}:workers"
+"""ZSET of the workers announcing themselves (score: their last beat, unix ms): each one's entry
+is `worker_entry_key(id)`, one per worker whatever the number of queues it serves. Ours."""
+
+
+def worker_entry_key(worker_id: str) -> str:
+    """A worker's presence entry (JSON, with a TTL of a few beats): one key for all its queues."""
+    return f"{{emq}}:worker:{worker_id}"
+
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 

@@ -3,6 +3,8 @@
     python -m tests.chaos            # CI sizes (what the tests run)
     python -m tests.chaos --full     # the sizes: minutes, not seconds
     python -m tests.chaos --rows kill,freeze --json chaos.json
+    python -m tests.chaos --publish  # --full, then the JSON and table of the guarantees page
+    python -m tests.chaos --publish --from docs/benchmarks/<date>-guarantees.json  # table only
 
 Rows run one after another, each on its own redis-server and worker processes in a temporary
 directory. The runner reports; the tests assert.
@@ -14,6 +16,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +25,7 @@ from typing import Any
 import anyio
 
 from emq_worker.observe import log
-from tests.chaos import lanes, recovery, resend, rows
+from tests.chaos import lanes, publish, recovery, resend, rows
 from tests.chaos.test_connections import HELD_CI, KILL_CI, LOST_CI
 from tests.chaos.test_enqueue_resend import RESEND_CI
 from tests.chaos.test_kill_recovery import CI_SIZE as RECOVERY_CI
@@ -33,6 +36,7 @@ from tests.chaos.test_poison import CI_SIZE as POISON_CI
 from tests.chaos.test_redis_restart import AMNESIA_CI, RESTART_CI
 from tests.chaos.test_worker_freeze import FREEZE_CI, PAUSE_CI
 from tests.chaos.test_worker_kill import CI_SIZE as SIGKILL_CI
+from tests.support.server import REDIS_SERVER
 
 Row = Callable[[Path, Any], Awaitable[rows.RowResult]]
 
@@ -118,14 +122,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="the issue's sizes (long)")
     parser.add_argument("--rows", default=",".join(SPECS), help="comma-separated row names")
     parser.add_argument("--json", type=Path, default=None, help="write the records here")
+    parser.add_argument(
+        "--publish", action="store_true", help="--full, then docs/benchmarks/ and the table"
+    )
+    parser.add_argument("--from", dest="source", type=Path, help="with --publish: table only")
     args = parser.parse_args(argv)
+    if args.publish and args.source is not None:
+        publish.from_file(args.source)
+        return 0
     names = [name for name in args.rows.split(",") if name]
     unknown = [name for name in names if name not in SPECS]
     if unknown:
         parser.error(f"unknown rows {unknown}; choose from {', '.join(SPECS)}")
     log.configure("json", "error")  # the runner's own client: no restart warnings on stderr
-    records = anyio.run(run_rows, names, args.full)
+    started = time.monotonic()
+    records = anyio.run(run_rows, names, args.full or args.publish)
     print(table(records))
+    if args.publish:
+        server = publish.server_named(REDIS_SERVER)
+        print(publish.publish(publish.compose(records, time.monotonic() - started, server)))
     if args.json is not None:
         args.json.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
     # Without persistence, jobs are lost by definition: reported, not failed.

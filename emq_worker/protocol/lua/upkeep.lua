@@ -47,6 +47,14 @@ if not force then
 end
 local now = now_ms()
 
+-- A queue where no lease, scheduled job, repeat, outbox entry, pending job or lane in rotation
+-- exists (Redis deletes an empty set or list) has nothing due and nothing to claim: one EXISTS
+-- stands for the seven reads below, and an idle queue's check costs five commands, not ten.
+if redis.call('EXISTS', KEYS[1], KEYS[7], KEYS[8], KEYS[2], p .. 'flow:outbox', p .. 'ring') == 0 then
+  redis.call('SET', KEYS[9], now, 'PX', window)
+  return {'due', -1, -1, -1, 0, 0, 0, 0}
+end
+
 -- ms from now until the score `head` names (0 if past), -1 when there is none.
 local function due_in(head)
   if #head == 0 or tonumber(head[2]) == math.huge then

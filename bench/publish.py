@@ -1,0 +1,155 @@
+"""`python -m bench --publish [--from JSON] [--server ...]`: the figures the README shows, all
+from one run at HEAD.
+
+Runs every scenario of `python -m bench` (full plan, every system) and the idle cost of one worker
+on 100 queues over a minute (`python -m bench --idle --rows 1:100:0 --window 60`), writes one JSON
+under docs/benchmarks/ (`<date>-published.json`: commit, date, machine, versions, the medians and
+the idle cost), and rewrites README's headline table (between its `headline` markers) from it.
+`--from JSON` only rewrites the table from a published JSON. tests/test_published_figures.py fails
+when README's table differs from the latest published JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PUBLISHED = REPO / "docs" / "benchmarks"
+README = REPO / "README.md"
+BEGIN, END = "<!-- headline:begin (python -m bench --publish) -->", "<!-- headline:end -->"
+IDLE_ROW, IDLE_WINDOW_S = "1:100:0", 60.0
+HEADLINE: tuple[tuple[str, str, str], ...] = (
+    ("no-op jobs/s, concurrency 100", "drain.noop.c100.jobs_s", "count"),
+    ("jobs making one Redis call each, jobs/s, concurrency 100", "drain.incr.c100.jobs_s", "count"),
+    ("1 ms jobs/s, concurrency 1 000", "drain.sleep1ms.c1000.jobs_s", "count"),
+    ("idle pickup p50 (enqueue to handler start)", "latency.idle.p50_ms", "ms"),
+    ("worker round trips per job", "drain.noop.c100.round_trips", "ratio"),
+)
+"""README's rows: a label, the metric of `median` it shows, and how it is written."""
+IDLE_LABEL = (
+    "one idle worker on 100 queues, Redis commands/s "
+    "([idle cost](docs/explanation/performance.md#idle-cost))"
+)
+LABELS = {"emq": "emq-worker", "arq": "arq", "saq": "SAQ"}
+
+
+def latest() -> Path:
+    """The newest published JSON (names start with the date)."""
+    found = sorted(PUBLISHED.glob("*-published.json"))
+    if not found:
+        raise FileNotFoundError(f"no *-published.json under {PUBLISHED}")
+    return found[-1]
+
+
+def written(value: float | None, kind: str) -> str:
+    if value is None:
+        return ""
+    if kind == "count":
+        return f"{value:,.0f}".replace(",", " ")
+    if kind == "ms":
+        digits = 0 if value >= 100 else 1 if value >= 10 else 2
+        return f"{value:.{digits}f} ms"
+    return f"{value:.2f}" if value < 1 else f"{value:.1f}"
+
+
+def headline(published: dict[str, Any]) -> str:
+    """README's block: where the figures come from, then the table."""
+    median: dict[str, dict[str, float]] = published["median"]
+    systems = [name for name in LABELS if name in median]
+    versions = published.get("versions", {})
+    named = [f"{LABELS[name]} {versions.get(name, {}).get(name, '?')}" for name in systems[1:]]
+    peers = ", ".join(named[:-1]) + (" and " if len(named) > 1 else "") + named[-1]
+    machine = published["machine"]
+    lines = [
+        f"From `python -m bench --publish` at commit {published['commit']}, on "
+        f"{published['date'][:10]}: emq-worker, {peers} side by side on one "
+        f"{machine['nproc']}-core machine and one {machine.get('server', 'Redis')}, median of "
+        f"{published['repeat']} ([all figures and how they are measured]"
+        f"(docs/explanation/performance.md)):",
+        "",
+        "| | " + " | ".join(LABELS[name] for name in systems) + " |",
+        "| --- |" + " ---: |" * len(systems),
+    ]
+    for label, metric, kind in HEADLINE:
+        cells = [written(median[name].get(metric), kind) for name in systems]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    idle = written(published["idle"]["commands_s"], "count")
+    lines.append(f"| {IDLE_LABEL} | {idle} |" + " |" * (len(systems) - 1))
+    return "\n".join(lines)
+
+
+def rewritten(text: str, block: str) -> str:
+    """`text` with what stands between the markers replaced by `block`."""
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(text):
+        raise ValueError(f"README has no {BEGIN} ... {END} block")
+    return pattern.sub(lambda _: f"{BEGIN}\n{block}\n{END}", text, count=1)
+
+
+def block_of(text: str) -> str:
+    """What stands between the markers."""
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[start:end].strip("\n")
+
+
+def compose(raw: dict[str, Any], idle_commands_s: float) -> dict[str, Any]:
+    """The published JSON: what the README is generated from."""
+    return {
+        "commit": raw["machine"]["commit"],
+        "date": raw["date"],
+        "machine": raw["machine"],
+        "versions": raw["versions"],
+        "event_loop": raw["event_loop"],
+        "repeat": raw["plan"]["repeat"],
+        "median": raw["median"],
+        "idle": {"row": IDLE_ROW, "window_s": IDLE_WINDOW_S, "commands_s": idle_commands_s},
+        "raw": raw,
+    }
+
+
+def measure_idle(server: str | None) -> float:
+    from bench import idle
+
+    [(_, cost)] = idle.measure_rows([idle.Row.parse(IDLE_ROW)], IDLE_WINDOW_S, server)
+    return cost.commands_s
+
+
+def run(server: str | None, quick: bool = False) -> dict[str, Any]:
+    from bench.__main__ import main as bench_main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        raw_path = Path(tmp) / "bench.json"
+        server_args = ["--server", server] if server else []
+        quick_args = ["--quick"] if quick else []
+        code = bench_main(["--json", str(raw_path), *server_args, *quick_args])
+        if code != 0:
+            raise SystemExit(f"python -m bench failed ({code}): nothing published")
+        raw = json.loads(raw_path.read_text())
+    return compose(raw, measure_idle(server))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench --publish", description=__doc__)
+    parser.add_argument("--publish", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--from", dest="source", type=Path, help="a published JSON: tables only")
+    parser.add_argument("--server", default=None, metavar="redis|valkey|PATH")
+    parser.add_argument("--quick", action="store_true", help="the quick plan: to try, not publish")
+    args = parser.parse_args(argv)
+    if args.source is None:
+        published = run(args.server, args.quick)
+        day = dt.datetime.now(dt.UTC).date().isoformat()
+        path = PUBLISHED / f"{day}-published.json"
+        path.write_text(json.dumps(published, indent=2) + "\n")
+        print(f"published {path.relative_to(REPO)}", file=sys.stderr)
+    else:
+        published = json.loads(args.source.read_text())
+    README.write_text(rewritten(README.read_text(), headline(published)))
+    print(f"rewrote README.md's headline table from commit {published['commit']}", file=sys.stderr)
+    return 0

@@ -1,0 +1,197 @@
+"""What the server is asked, counted, not timed: each figure in docs/benchmarks/counts.json is
+asserted within 10 %, so a change that makes an idle queue, a presence refresh, a claim, a settle
+or a retry dearer (or cheaper: then publish the new figure) fails here, at once and on any
+machine, rather than in a benchmark someone reruns later.
+
+Counted by INFO commandstats (commands run inside scripts included) on a server of its own, one
+operation at a time; the client's connection (HELLO, the version fence) and the scripts' loading
+happen before the count starts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from bench import lanes_cost
+from bench.server import BenchRedis, server_binary
+from emq_worker import JobSpec, Producer
+from emq_worker.beat.agenda import check_window_s
+from emq_worker.beat.presence import (
+    BEATS_TO_LIVE,
+    MIN_TTL_MS,
+    PRUNE_EVERY,
+    Presence,
+    WorkerRegistry,
+)
+from emq_worker.beat.supervisor import PRESENCE_SHARE
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.upkeep import check_upkeep
+from emq_worker.protocol.values import Failure, HeldLease
+from emq_worker.server.connection import connect
+from tests.support.commands import OBSERVER_COMMANDS
+from tests.support.conformance import Harness
+from tests.support.server import RedisServer
+
+COUNTS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "counts.json"
+TOLERANCE = 0.10
+WINDOW_MS, REAP_BATCH, MAX_ATTEMPTS = 10_000, 100, 3
+LEASE_MS, RECEIPT_MS = 600_000, 60_000
+QUEUES = 100
+BEAT_S, LEASE_S = 1.0, 30.0
+"""The defaults (WorkerSettings): the schedule the per-minute figure is counted by."""
+
+
+@pytest.fixture(scope="module")
+def published() -> dict[str, Any]:
+    figures: dict[str, Any] = json.loads(COUNTS.read_text())
+    return figures
+
+
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("counted")) as server:
+        yield server
+
+
+@pytest.fixture
+async def counted(own_server: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(own_server.url)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+async def commands_of(client: Redis, operation: Awaitable[object]) -> int:
+    """The commands the server ran for `operation` (a coroutine not started yet; the
+    counting's own left out)."""
+    await client.config_resetstat()
+    await operation
+    stats: dict[str, Any] = await client.info("commandstats")
+    return sum(
+        int(fields["calls"])
+        for name, fields in stats.items()
+        if name.removeprefix("cmdstat_") not in OBSERVER_COMMANDS
+    )
+
+
+def within(measured: float, figure: float) -> bool:
+    return abs(measured - figure) <= TOLERANCE * figure
+
+
+async def check(harness: Harness) -> object:
+    return await check_upkeep(harness.queue, WINDOW_MS, REAP_BATCH, MAX_ATTEMPTS)
+
+
+async def test_an_idle_queue_check_and_a_held_one_cost_what_is_published(
+    counted: Redis, published: dict[str, Any]
+) -> None:
+    await check(Harness.of(counted, "warm-up"))  # connects, fences, loads the scripts
+    harness = Harness.of(counted, "idle")
+    idle = await commands_of(counted, check(harness))
+    held = await commands_of(counted, check(harness))
+    assert within(idle, published["idle_check_commands"]), idle
+    assert within(held, published["held_check_commands"]), held
+
+
+async def test_a_presence_refresh_costs_the_same_for_100_queues_as_for_one(
+    counted: Redis, published: dict[str, Any]
+) -> None:
+    await counted.ping()
+    costs = {}
+    for queues in (1, QUEUES):
+        registry = WorkerRegistry(counted, [f"q{n}" for n in range(queues)], 10, 1_000)
+        prune = await commands_of(counted, registry.beat(Presence(held=0, completed=0)))
+        refresh = await commands_of(counted, registry.beat(Presence(held=0, completed=0)))
+        costs[queues] = (prune, refresh)
+    assert costs[1] == costs[QUEUES]
+    prune, refresh = costs[QUEUES]
+    assert within(prune, published["presence_prune_commands"]), prune
+    assert within(refresh, published["presence_refresh_commands"]), refresh
+
+
+def test_an_idle_queue_costs_one_worker_what_is_published_per_minute(
+    published: dict[str, Any],
+) -> None:
+    """By the beat's schedule at the defaults, for one worker on 100 queues: each queue's check
+    once per check window, and the worker's presence refreshed every third of its TTL (its
+    index pruned every PRUNE_EVERY refreshes), shared by the queues. The parks' BLPOPs and a
+    standing offer's renewal are per worker, not per queue, and left out."""
+    window_s = check_window_s(QUEUES, BEAT_S, LEASE_S)
+    checks = 60 / window_s * published["idle_check_commands"]
+    ttl_s = max(BEATS_TO_LIVE * BEAT_S, MIN_TTL_MS / 1000)
+    refreshes = 60 / (ttl_s / PRESENCE_SHARE)
+    per_refresh = (
+        published["presence_prune_commands"]
+        + (PRUNE_EVERY - 1) * published["presence_refresh_commands"]
+    ) / PRUNE_EVERY
+    per_queue = checks + refreshes * per_refresh / QUEUES
+    assert within(per_queue, published["idle_commands_per_queue_per_minute_100_queues"]), per_queue
+    assert per_queue <= 60, "an idle queue must cost at most one command a second"
+
+
+JOBS_B100, JOBS_B1 = 1_000, 100
+"""Small runs: the counts per job are exact, and the same at these sizes as at the bench's."""
+
+
+@pytest.fixture(scope="module")
+def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchRedis]:
+    with BenchRedis(tmp_path_factory.mktemp("per-job"), None, server_binary(None)) as server:
+        yield server
+
+
+@pytest.mark.parametrize("scenario", ["flat", "priority", "lanes-10", "lanes-10-limited", "mixed"])
+async def test_a_claim_and_a_settle_cost_what_is_published_per_job(
+    bench_server: BenchRedis, published: dict[str, Any], scenario: str
+) -> None:
+    figures = published["per_job_commands"][scenario]
+    busy = await lanes_cost.run_once(bench_server, scenario, JOBS_B100, 100)
+    single = await lanes_cost.run_once(bench_server, scenario, JOBS_B1, 1)
+    measured = {
+        "claim_b100": busy.claim_cmds,
+        "settle_b100": busy.settle_cmds,
+        "claim_b1": single.claim_cmds,
+        "settle_b1": single.settle_cmds,
+    }
+    off = {k: (round(v, 2), figures[k]) for k, v in measured.items() if not within(v, figures[k])}
+    assert not off, f"{scenario}: measured vs published {off}"
+
+
+async def retried_per_job(server: BenchRedis, jobs: int, batch: int) -> float:
+    """Commands per job of a settle that fails every job with a delay (a retry scheduled)."""
+    server.flush()
+    client = connect(server.url, DEFAULT_WIRE_VERSION)
+    try:
+        producer = Producer(client)
+        queue = producer.queue("guard.retry")
+        await producer.enqueue_many(queue.name, [JobSpec(payload=b"x")] * jobs)
+        await queue.claim(0, LEASE_MS)  # the scripts loaded before the count
+        commands = done = 0
+        while done < jobs:
+            claimed = (await queue.claim(batch, LEASE_MS)).jobs
+            failures = [
+                Failure(HeldLease(job.id, job.token, job.nonce), 60_000, 3, "boom")
+                for job in claimed
+            ]
+            commands -= lanes_cost._read(server).cmds
+            await queue.settle(failures, RECEIPT_MS)
+            commands += lanes_cost._read(server).cmds
+            done += len(claimed)
+    finally:
+        await client.aclose()
+    return commands / jobs
+
+
+async def test_a_retry_costs_what_is_published_per_job(
+    bench_server: BenchRedis, published: dict[str, Any]
+) -> None:
+    figures = published["per_job_commands"]["retry"]
+    busy = await retried_per_job(bench_server, JOBS_B100, 100)
+    single = await retried_per_job(bench_server, JOBS_B1, 1)
+    assert within(busy, figures["settle_b100"]), busy
+    assert within(single, figures["settle_b1"]), single
