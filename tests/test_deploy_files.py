@@ -143,11 +143,24 @@ def test_the_image_command_is_one_the_cli_accepts(monkeypatch: pytest.MonkeyPatc
     assert json.loads(instructions(final, "ENTRYPOINT")[-1]) == ["emq-worker"]
     assert instructions(final, "STOPSIGNAL") == ["SIGTERM"]
     command = json.loads(instructions(final, "CMD")[-1])
-    assert command[0] == "run"
+    assert command == ["run"]
     params = parse_run(command[1:], docker_env(final), monkeypatch)
     assert params["queues"] == ("orders",)
     assert params["grace_ms"] == int(docker_env(final)["EMQ_GRACE_MS"])
     load_app(params["app_path"], ".")
+
+
+def test_a_user_app_in_the_environment_wins_over_the_images_example(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`docker run -e EMQ_APP=... -e EMQ_QUEUES=...` (or ENV in an image built FROM this one)
+    replaces the image's variables; the image's CMD then runs the user's app, not the example."""
+    final = dockerfile_stages()[-1]
+    command = json.loads(instructions(final, "CMD")[-1])
+    user = {"EMQ_APP": "tests.apps.ledger:app", "EMQ_QUEUES": "ledger,audit"}
+    params = parse_run(command[1:], {**docker_env(final), **user}, monkeypatch)
+    assert params["app_path"] == "tests.apps.ledger:app"
+    assert params["queues"] == ("ledger", "audit")
 
 
 def test_the_build_context_keeps_what_the_dockerfile_copies() -> None:

