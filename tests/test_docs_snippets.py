@@ -13,6 +13,10 @@ earlier block's. An HTML comment on the line before a snippet steers it:
   `producer` (a `Producer`) and `client` (a Redis client) defined. `worker:` snippets are
   fragments of this kind too when they `await`.
 
+Shell blocks: every `emq-worker ...` command line in them parses as the CLI would take it (flags,
+arguments and their checks; nothing runs), unless it is notation (`[--json]`, `(A | B)`, `...`)
+or names a placeholder (`JOB_ID`).
+
 A snippet that awaits runs on the event loop; one that does not runs in a thread, so a blocking
 call (a sync producer waiting for a result) does not stall the worker.
 """
@@ -23,14 +27,17 @@ import ast
 import builtins
 import inspect
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
+import click
 import pytest
 
 from emq_worker import App, Producer
+from emq_worker.cli.main import main
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.server.connection import connect
 from tests.support.running import running_worker, worker_settings
@@ -191,3 +198,49 @@ async def test_the_snippets_of_a_page_run_in_order(
                         await _execute(code, namespace)
     finally:
         await client.aclose()
+
+
+SHELL_BLOCK = re.compile(r"^```(?:sh|bash|shell)\n(?P<code>.*?)^```$", re.M | re.S)
+NOTATION = re.compile(r"[\[\]()<>]|\.\.\.|\b[A-Z][A-Z_]{2,}\b")
+"""Synopsis notation, or a placeholder the reader replaces (JOB_ID, QUEUE)."""
+
+
+def command_lines(page: Path) -> list[str]:
+    """The `emq-worker ...` commands of a page's shell blocks (continuations joined, comments,
+    a trailing `&` and the commands chained with && or ; or shown side by side with / set
+    apart)."""
+    found = []
+    for block in SHELL_BLOCK.finditer(page.read_text(encoding="utf-8")):
+        for line in block["code"].replace("\\\n", " ").splitlines():
+            for part in re.split(r"\s(?:&&|;|\||/)\s", line.split(" #")[0]):
+                command = part.strip().removesuffix("&").strip()
+                if command.startswith("emq-worker ") and not NOTATION.search(command):
+                    found.append(command)
+    return found
+
+
+def parse_command_line(line: str) -> None:
+    """Parse (never run) `emq-worker ARGS` down to its command: a usage error raises."""
+    args = shlex.split(line)[1:]
+    command: click.Command = main
+    while isinstance(command, click.Group):
+        name, args = args[0], args[1:]
+        sub = command.get_command(click.Context(command), name)
+        assert sub is not None, f"no command {name!r}"
+        command = sub
+    with command.make_context(command.name, args):
+        pass
+
+
+@pytest.mark.parametrize(
+    "page",
+    [page for page in PAGES if command_lines(page)],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_the_command_lines_of_a_page_parse(page: Path) -> None:
+    for line in command_lines(page):
+        try:
+            parse_command_line(line)
+        except click.ClickException as exc:
+            where = f"{page.relative_to(ROOT)}: {line!r}"
+            raise AssertionError(f"{where}: {exc.format_message()}") from exc
