@@ -85,6 +85,7 @@ def test_the_helpers_import_without_pytest() -> None:
         "import sys; sys.modules['pytest'] = None\n"  # as if not installed
         "from emq_worker.testing import Emq, expect_completed, outcome, run_until_idle\n"
         "import emq_worker.testing as kit; assert not hasattr(kit, 'emq_url')\n"
+        "from emq_worker.testing import *\n"
     )
     imported = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
