@@ -1,7 +1,9 @@
 # emq-worker: the worker daemon in a container.
 #
 #   docker build -t emq-worker .
-#   docker run --init -e EMQ_REDIS_URL=redis://valkey:6379/0 emq-worker
+#   docker network create emq
+#   docker run -d --name valkey --network emq valkey/valkey:8
+#   docker run --init --network emq -e EMQ_REDIS_URL=redis://valkey:6379/0 emq-worker
 #   docker stop -t 40 <container>
 #
 # Stage 1 builds the project's wheel and installs it (with the `fast` extra: orjson, uvloop; and
@@ -34,13 +36,17 @@ COPY --from=builder /opt/emq-worker /opt/emq-worker
 # (up to 10 s) and what is still held is handed back (up to 5 s). The container runtime must
 # wait longer than all of that, 35 s, before its SIGKILL: `docker stop -t 40`, or
 # `stop_grace_period: 40s` in compose (Docker's default is only 10 s).
+# The app and its queues are variables, not CMD flags: a flag beats its variable, so an
+# `-e EMQ_APP=...` (or an image built FROM this one setting ENV EMQ_APP) would be ignored.
 ENV PATH="/opt/emq-worker/bin:${PATH}" \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     EMQ_GRACE_MS=20000 \
-    EMQ_HTTP=127.0.0.1:9464
-# --app-dir defaults to the working directory: an image built FROM this one puts its own app
-# here (COPY myapp/ /srv/emq-worker/) and runs `--app myapp.tasks:app`.
+    EMQ_HTTP=127.0.0.1:9464 \
+    EMQ_APP=emq_worker.examples.orders:app \
+    EMQ_QUEUES=orders
+# --app-dir defaults to the working directory: an image built FROM this one copies its package
+# here (COPY myapp/ /srv/emq-worker/myapp/) and sets ENV EMQ_APP=myapp.tasks:app.
 WORKDIR /srv/emq-worker
 USER 10001:10001
 # EMQ_HTTP serves /metrics, /healthz and /readyz on the container's loopback (publish it with
@@ -50,4 +56,4 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=20s \
     CMD ["emq-worker", "health", "--http", "127.0.0.1:9464"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["emq-worker"]
-CMD ["run", "--queue", "orders", "--app", "emq_worker.examples.orders:app"]
+CMD ["run"]

@@ -30,6 +30,11 @@ class Exponential:
                 f"exponential backoff needs base_ms >= 1 and cap_ms >= 1; "
                 f"got base_ms={self.base_ms}, cap_ms={self.cap_ms}"
             )
+        if self.base_ms > self.cap_ms:
+            raise ConfigError(
+                f"exponential backoff needs base_ms <= cap_ms (the cap bounds every delay); "
+                f"got base_ms={self.base_ms}, cap_ms={self.cap_ms}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,3 +101,60 @@ def test_json_output_parses(redis_url: str, queue_name: str) -> None:
     assert paused == {"queue": queue_name, "paused": True, "was_paused": False}
     removed = runner.invoke(main, ["remove", job["job_id"], "-q", queue_name, "--json", *url])
     assert json.loads(removed.output)["removed"] is True
+
+
+ONE_QUEUE_VERBS = [
+    ("pause",),
+    ("resume",),
+    ("limit",),
+    ("dead", "list"),
+    ("drain", "--yes"),
+    ("clear", "--yes"),
+    ("obliterate", "--yes"),
+]
+
+
+@pytest.mark.parametrize("form", ["positional", "option"])
+@pytest.mark.parametrize("verb", ONE_QUEUE_VERBS, ids=lambda v: v[0] if len(v) < 2 else " ".join(v))
+def test_a_one_queue_verb_takes_the_queue_either_way(
+    verb: tuple[str, ...], form: str, redis_url: str, queue_name: str
+) -> None:
+    """`emq-worker VERB QUEUE` and `emq-worker VERB -q QUEUE` are the same command."""
+    runner = CliRunner()
+    url = ["--redis-url", redis_url]
+    queue = [queue_name] if form == "positional" else ["-q", queue_name]
+    enqueued = runner.invoke(main, ["enqueue", "-q", queue_name, "noop", *url])
+    assert enqueued.exit_code == 0, enqueued.output
+    if verb[0] == "obliterate":
+        assert runner.invoke(main, ["pause", "-q", queue_name, *url]).exit_code == 0
+    done = runner.invoke(main, [*verb, *queue, *url])
+    assert done.exit_code == 0, done.output
+    assert queue_name in done.output
+
+
+@pytest.mark.parametrize("command", ["stats", "workers"])
+def test_the_many_queue_verbs_take_queues_either_way(
+    command: str, redis_url: str, queue_name: str
+) -> None:
+    runner = CliRunner()
+    url = ["--redis-url", redis_url]
+    other = f"{queue_name}-b"
+    for name in (queue_name, other):
+        assert runner.invoke(main, ["enqueue", "-q", name, "noop", *url]).exit_code == 0
+    both = runner.invoke(main, [command, queue_name, "-q", other, "--json", *url])
+    assert both.exit_code == 0, both.output
+    assert queue_name in both.output
+    assert other in both.output
+
+
+def test_two_different_queues_named_both_ways_are_refused(redis_url: str) -> None:
+    done = CliRunner().invoke(main, ["pause", "a", "-q", "b", "--redis-url", redis_url])
+    assert done.exit_code == 2
+    assert "two queues named: 'a' and --queue 'b'" in done.output
+
+
+def test_clear_is_another_name_for_drain(redis_url: str, queue_name: str) -> None:
+    """One verb per meaning: both deleted a queue's pending jobs."""
+    drain, clear = main.commands["drain"], main.commands["clear"]
+    assert clear.callback is drain.callback
+    assert [p.name for p in clear.params] == [p.name for p in drain.params]

@@ -61,3 +61,42 @@ def test_run_imports_an_app_module_from_its_working_directory(
     done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, timeout=30)
     assert done.returncode == 0, done.stderr.decode()
     assert b"burst_done" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--backoff", "exponential:5000:1000"], "base_ms=5000, cap_ms=1000"),
+        (["--renew-every-ms", "60000"], "'--renew-every-ms'"),
+    ],
+    ids=["backoff-base-above-cap", "renew-above-a-third-of-the-lease"],
+)
+def test_run_refuses_settings_that_contradict_each_other_naming_the_flag_given(
+    args: list[str], named: str
+) -> None:
+    # A port nothing listens on: a run that wrongly starts fails at once, touching no server.
+    unreachable = "redis://127.0.0.1:1/0"
+    code, output = run("--queue", "orders", "--app", APP, "--redis-url", unreachable, *args)
+    assert code == 2, output
+    assert "Usage: " in output
+    assert named in output
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--job-id", "myjob", "charge"], "'--job-id'"),
+        (["--dedup-id", "has space", "charge"], "'--dedup-id'"),
+        ([""], "'TASK'"),
+    ],
+    ids=["job-id", "dedup-id", "empty-task"],
+)
+def test_enqueue_refuses_a_bad_id_or_task_as_a_usage_error_before_connecting(
+    args: list[str], named: str
+) -> None:
+    result = CliRunner().invoke(
+        main, ["enqueue", "-q", "orders", *args], env={"EMQ_REDIS_URL": "redis://127.0.0.1:1/0"}
+    )
+    assert result.exit_code == 2, result.output
+    assert "Usage: " in result.output
+    assert named in result.output

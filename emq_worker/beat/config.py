@@ -89,10 +89,12 @@ class WorkerSettings:
         if not 0 <= self.node_id <= MAX_NODE_ID:
             raise ConfigError(f"node_id must be in [0, {MAX_NODE_ID}]; got {self.node_id}")
         if self.renew_every_ms and self.lease_ms < 3 * self.renew_every_ms:
+            # Named after renew_every_ms: it is the one set (0 is its default), so the CLI's
+            # error names the flag the user gave, --renew-every-ms.
             raise ConfigError(
-                f"lease_ms must be at least 3 x renew_every_ms so a missed tick is survived; "
-                f"got lease_ms={self.lease_ms}, renew_every_ms={self.renew_every_ms}",
-                setting="lease_ms",
+                f"renew_every_ms must be at most a third of lease_ms so a missed tick is "
+                f"survived; got renew_every_ms={self.renew_every_ms}, lease_ms={self.lease_ms}",
+                setting="renew_every_ms",
             )
         if not self.wire_version:
             raise ConfigError("wire_version must not be empty", setting="wire_version")

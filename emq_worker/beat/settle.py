@@ -163,7 +163,7 @@ class SettleBatcher:
         else:
             self.counters.retried += 1
             self._settled(handover, "retried")
-            self.log.info(
+            self.log.warning(  # a failure, if not yet a final one: as job_dead, not info
                 "job_retried",
                 to=result.detail,
                 delay_ms=outcome.delay_ms,

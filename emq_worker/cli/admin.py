@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from emq_worker.admin import lookup, render, verbs
 from emq_worker.beat.presence import live_workers
-from emq_worker.cli.dead import clear, dead
+from emq_worker.cli.dead import dead
 from emq_worker.cli.operator import (
     admin_queue_option,
     dump_json,
@@ -24,13 +24,13 @@ from emq_worker.cli.operator import (
     json_option,
     on_job_queue,
     on_queue,
-    optional_queue_name,
-    queues_option,
+    one_queue,
     report,
     run_admin,
+    some_queues,
 )
 from emq_worker.cli.options import redis_url_option, wire_version_option
-from emq_worker.cli.queue_ops import drain, obliterate
+from emq_worker.cli.queue_ops import clear, drain, obliterate
 from emq_worker.cli.results import result
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
@@ -38,7 +38,7 @@ from emq_worker.protocol.scripts import Scripts
 
 
 @click.command()
-@queues_option
+@some_queues
 @json_option
 @redis_url_option
 @wire_version_option
@@ -103,56 +103,25 @@ def _set_paused(queue: str, paused: bool, as_json: bool, redis_url: str, wire_ve
     report(as_json, text, {"queue": queue, "paused": paused, "was_paused": was})
 
 
-def _one_queue(positional: str | None, option: str | None) -> str:
-    """QUEUE or -q/--queue (both accepted: every other command takes -q)."""
-    if positional and option and positional != option:
-        raise click.UsageError(f"two queues named: {positional!r} and --queue {option!r}")
-    name = positional or option
-    if not name:
-        raise click.UsageError("name the queue: -q QUEUE (or QUEUE)")
-    return name
-
-
-queue_argument = click.argument(
-    "queue_arg", metavar="[QUEUE]", required=False, callback=optional_queue_name
-)
-queue_flag = click.option(
-    "--queue",
-    "-q",
-    "queue_opt",
-    default=None,
-    show_envvar=True,
-    envvar="EMQ_QUEUE",
-    callback=optional_queue_name,
-    help="The queue (or give it as QUEUE).",
-)
-
-
 @click.command()
-@queue_argument
-@queue_flag
+@one_queue
 @json_option
 @redis_url_option
 @wire_version_option
-def pause(
-    queue_arg: str | None, queue_opt: str | None, as_json: bool, redis_url: str, wire_version: str
-) -> None:
+def pause(queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
     """Stop workers claiming from QUEUE (the jobs they hold run on). A queue with no keys yet
     can be paused: its first jobs then wait."""
-    _set_paused(_one_queue(queue_arg, queue_opt), True, as_json, redis_url, wire_version)
+    _set_paused(queue, True, as_json, redis_url, wire_version)
 
 
 @click.command()
-@queue_argument
-@queue_flag
+@one_queue
 @json_option
 @redis_url_option
 @wire_version_option
-def resume(
-    queue_arg: str | None, queue_opt: str | None, as_json: bool, redis_url: str, wire_version: str
-) -> None:
+def resume(queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
     """Let workers claim from QUEUE again."""
-    _set_paused(_one_queue(queue_arg, queue_opt), False, as_json, redis_url, wire_version)
+    _set_paused(queue, False, as_json, redis_url, wire_version)
 
 
 @click.command()
@@ -191,7 +160,7 @@ def logs(
 
 
 @click.command()
-@queues_option
+@some_queues
 @json_option
 @redis_url_option
 @wire_version_option

@@ -20,6 +20,7 @@ from emq_worker.cli.operator import (
     admin_queue_option,
     dump_json,
     json_option,
+    one_queue,
     report,
     run_admin,
 )
@@ -55,7 +56,7 @@ def _show_limits(queue: str, held: limits.Limits) -> str:
 
 
 @click.command("limit")
-@admin_queue_option
+@one_queue
 @click.option(
     "--concurrency",
     type=int,

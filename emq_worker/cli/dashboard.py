@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from emq_worker.cli.install import pip_line
 from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.dashboard.settings import (
     DEFAULT_BIND,
@@ -76,7 +77,7 @@ def dashboard(
     """Serve the web dashboard: queues, lease timelines, jobs, dead letter."""
     missing = missing_extra()
     if missing is not None:
-        click.echo(f"Error: the dashboard needs {missing}: install emq-worker[dashboard]", err=True)
+        click.echo(f"Error: the dashboard needs {missing}: {pip_line('dashboard')}", err=True)
         sys.exit(EXIT_USAGE)
     try:
         settings = DashboardSettings(

@@ -8,13 +8,13 @@ import click
 
 from emq_worker.admin import dead as dead_letter
 from emq_worker.admin import render
-from emq_worker.admin.clear import clear_pending
 from emq_worker.cli.operator import (
     admin_queue_option,
     dump_json,
     job_ids_callback,
     json_option,
     on_queue,
+    one_queue,
 )
 from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.protocol.names import JobId
@@ -27,7 +27,7 @@ def dead() -> None:
 
 
 @dead.command("list")
-@admin_queue_option
+@one_queue
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @json_option
 @redis_url_option
@@ -123,33 +123,3 @@ def dead_purge(
         click.confirm(f"Delete {todo} dead job(s) from queue {queue!r} for good?", abort=True)
     result = on_queue(redis_url, wire_version, queue, lambda q: dead_letter.purge_dead(q, chosen))
     _report(result, "purged", queue, as_json)
-
-
-@click.command("clear")
-@admin_queue_option
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@json_option
-@redis_url_option
-@wire_version_option
-def clear(queue: str, yes: bool, as_json: bool, redis_url: str, wire_version: str) -> None:
-    """Empty QUEUE: delete every pending job (held, scheduled and dead jobs stay; a job claimed
-    meanwhile is left to its worker)."""
-
-    async def count(q: Queue) -> int:
-        return (await q.counts()).pending
-
-    todo = on_queue(redis_url, wire_version, queue, count)
-    if todo and not yes:
-        click.confirm(f"Delete {todo} pending job(s) from queue {queue!r}?", abort=True)
-    result = (
-        on_queue(redis_url, wire_version, queue, clear_pending)
-        if todo
-        else dead_letter.BulkResult()
-    )
-    if as_json:
-        skipped = [{"id": job_id, "why": why} for job_id, why in result.skipped]
-        dump_json({"queue": queue, "deleted": result.done, "skipped": skipped})
-        return
-    click.echo(f"deleted {result.done} pending job(s) from queue {queue!r}")
-    for job_id, why in result.skipped:
-        click.echo(f"skipped {job_id}: {why}", err=True)

@@ -12,13 +12,12 @@ import click
 
 from emq_worker.cli import devloop
 from emq_worker.cli.dashboard import missing_extra
-from emq_worker.cli.options import split_queues
+from emq_worker.cli.install import pip_line
+from emq_worker.cli.options import queue_names
 from emq_worker.errors import EmqError
-from emq_worker.protocol.keys import validate_queue_name
+from emq_worker.jobs.tasks import load_app
 from emq_worker.server.binary import ServerBinaryError, find_server
 from emq_worker.server.local import ServerStartError
-
-DEV_EXTRA = "pip install 'emq-worker[dev]' (from a checkout: pip install -e '.[dev]')"
 
 
 def _plan(
@@ -29,20 +28,19 @@ def _plan(
     persist: Path | None,
     reload: bool,
 ) -> devloop.DevPlan:
-    """The checked plan, or a usage error naming the bad value."""
-    names = split_queues(queues)
-    for name in names:
-        validate_queue_name(name)
+    """The checked plan, or a usage error naming the bad value. The app is imported here, before
+    any process starts: a bad --app is one error, not a server and a dashboard started first."""
     if reload and importlib.util.find_spec("watchfiles") is None:
-        raise click.UsageError(f"--reload needs watchfiles: {DEV_EXTRA}")
+        raise click.UsageError(f"--reload needs watchfiles: {pip_line('dev')}")
     watch = tuple(devloop.app_paths(app, app_dir)) if reload else ()
+    load_app(app, app_dir)
     missing = missing_extra()
     if missing is not None:
         click.echo(
             f"emq-worker dev: going on without the dashboard: it needs {missing} "
-            "(pip install 'emq-worker[dashboard]')"
+            f"({pip_line('dashboard')})"
         )
-    return devloop.DevPlan(app, app_dir, names, port, persist, watch, missing is None)
+    return devloop.DevPlan(app, app_dir, queues, port, persist, watch, missing is None)
 
 
 @click.command()
@@ -55,7 +53,13 @@ def _plan(
     help="Directory put first on sys.path before --app is imported.",
 )
 @click.option(
-    "--queue", "-q", "queues", multiple=True, required=True, help="Queue to serve; repeatable."
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    required=True,
+    callback=queue_names,
+    help="Queue to serve; repeat for several (or a,b).",
 )
 @click.option(
     "--port",

@@ -28,7 +28,12 @@ from emq_worker.errors import ConfigError
 from emq_worker.server.binary import is_embedded
 from emq_worker.server.local import LocalServer, free_port
 
-EMQ_WORKER = [sys.executable, "-c", "from emq_worker.cli.main import main; main()"]
+# prog_name: a child's usage error reads `Usage: emq-worker run ...`, not `Usage: -c run ...`.
+EMQ_WORKER = [
+    sys.executable,
+    "-c",
+    "from emq_worker.cli.main import main; main(prog_name='emq-worker')",
+]
 STOP_TIMEOUT_S = 30.0
 """How long a stopped child may take (the worker lets running jobs finish) before SIGKILL."""
 DASHBOARD_START_S = 15.0

@@ -21,7 +21,7 @@ from emq_worker.cli.options import (
     wire_version_option,
 )
 from emq_worker.errors import ConfigError, EmqError, PayloadError, UnknownTaskError
-from emq_worker.jobs.producer import Enqueued, Producer
+from emq_worker.jobs.producer import Enqueued, Producer, check_dedup_id
 from emq_worker.jobs.tasks import load_app
 from emq_worker.protocol.ids import DEFAULT_NODE_ID
 from emq_worker.protocol.lanes import PRIORITY_MAX, PRIORITY_MIN, validate_group
@@ -42,6 +42,22 @@ def group_callback(ctx: click.Context, param: click.Parameter, value: str | None
         return validate_group(value)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), ctx, param) from exc
+
+
+def dedup_id_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """A dedup id, checked before anything connects (a usage error, exit 2, as --job-id's)."""
+    if value is None:
+        return None
+    try:
+        return check_dedup_id(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc).removeprefix("dedup_id "), ctx, param) from exc
+
+
+def task_name_callback(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not value:
+        raise click.BadParameter("must be a task's name; got ''", ctx, param)
+    return value
 
 
 def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]) -> None:
@@ -73,7 +89,7 @@ def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]
     callback=queue_name_callback,  # a usage error (exit 2), before anything connects
     help="The queue.",
 )
-@click.argument("task")
+@click.argument("task", callback=task_name_callback)
 @click.argument("kwargs", default="{}", callback=json_object)
 @click.option(
     "--app",
@@ -103,6 +119,7 @@ def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]
 @click.option(
     "--dedup-id",
     default=None,
+    callback=dedup_id_callback,
     help="Enqueue only if no job holds this key (live, or completed within the workers' "
     "--completed-ttl-ms); else print that job's id (duplicate).",
 )

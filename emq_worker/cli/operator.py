@@ -4,6 +4,7 @@ queue or job, or a Redis error, is an error naming it: exit 1)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -136,3 +137,55 @@ queues_option = click.option(
     callback=queue_names,
     help="Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
 )
+
+
+# --- one queue as QUEUE or -q QUEUE ------------------------------------------------------------
+# Every command that acts on one queue takes both forms: `-q QUEUE` (preferred: run, enqueue and
+# the job verbs take it too) and a positional QUEUE (pause, resume, drain, obliterate took only
+# that before 0.x; the others only -q).
+
+
+def queue_given(positional: str | None, option: str | None) -> str:
+    """QUEUE or -q/--queue: the one named, or a usage error."""
+    if positional and option and positional != option:
+        raise click.UsageError(f"two queues named: {positional!r} and --queue {option!r}")
+    name = positional or option
+    if not name:
+        raise click.UsageError("name the queue: -q QUEUE (or QUEUE)")
+    return name
+
+
+queue_argument = click.argument(
+    "queue_arg", metavar="[QUEUE]", required=False, callback=optional_queue_name
+)
+queue_flag = click.option(
+    "--queue",
+    "-q",
+    "queue_opt",
+    default=None,
+    show_envvar=True,
+    envvar="EMQ_QUEUE",
+    callback=optional_queue_name,
+    help="The queue (or give it as QUEUE).",
+)
+
+
+def one_queue(command: Callable[..., None]) -> Callable[..., None]:
+    """Give `command` its `queue` from QUEUE or -q QUEUE (put under @click.command)."""
+
+    @functools.wraps(command)
+    def with_queue(*, queue_arg: str | None, queue_opt: str | None, **params: Any) -> None:
+        command(queue=queue_given(queue_arg, queue_opt), **params)
+
+    return queue_argument(queue_flag(with_queue))
+
+
+def some_queues(command: Callable[..., None]) -> Callable[..., None]:
+    """Give `command` its `queues` from QUEUE... and -q QUEUE (repeatable), in that order."""
+
+    @functools.wraps(command)
+    def with_queues(*, queues_arg: tuple[str, ...], queues: tuple[str, ...], **params: Any) -> None:
+        command(queues=tuple(dict.fromkeys((*queues_arg, *queues))), **params)
+
+    names = click.argument("queues_arg", metavar="[QUEUE]...", nargs=-1, callback=queue_names)
+    return names(queues_option(with_queues))

@@ -99,9 +99,15 @@ class Enqueued(NamedTuple):
 _checked_id = job_id
 
 
-def _dedup(dedup_id: str, ttl_ms: int | None) -> tuple[str, int]:
+def check_dedup_id(dedup_id: str) -> str:
+    """The dedup id as given, or ConfigError naming it (the CLI checks it before connecting)."""
     if not isinstance(dedup_id, str) or not _DEDUP_ID.fullmatch(dedup_id):
         raise ConfigError(f"dedup_id must match [A-Za-z0-9._-]{{1,255}}; got {dedup_id!r}")
+    return dedup_id
+
+
+def _dedup(dedup_id: str, ttl_ms: int | None) -> tuple[str, int]:
+    check_dedup_id(dedup_id)
     if ttl_ms is None:
         return dedup_id, 0
     if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1:

@@ -16,8 +16,8 @@ NAMED = {"valkey": "valkey-server", "redis": "redis-server"}
 
 INSTALL_HINT = (
     "Install one:\n"
-    "  with pip:        pip install 'emq-worker[embedded]'   (from a checkout: pip install "
-    "'.[embedded]'), an embedded Valkey\n"
+    "  with pip:        python -m pip install '.[embedded]'   (in the emq-worker checkout), an "
+    "embedded Valkey\n"
     "  Debian/Ubuntu:   sudo apt-get install redis-server    (or valkey-server)\n"
     "  macOS:           brew install redis                   (or valkey)\n"
     "or point --server at one."

@@ -29,6 +29,18 @@ def free_port() -> int:
         return port
 
 
+def port_in_use(port: int) -> bool:
+    """Whether something already listens on 127.0.0.1:`port` (a bind test: no connection made).
+    SO_REUSEADDR as the server sets it, so a port in TIME_WAIT is not taken for busy."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 class LocalServer:
     """`persist` keeps the data across restarts (AOF, fsync every second) for `--persist DIR`;
     without it nothing is written to disk. The server's log is `server.log` in `directory`."""
@@ -57,6 +69,8 @@ class LocalServer:
         return args
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        if port_in_use(self.port):
+            raise ServerStartError(f"port {self.port} is in use (on 127.0.0.1)")
         self.directory.mkdir(parents=True, exist_ok=True)
         # Its own session: a Ctrl-C in the terminal reaches only us, and we stop it last.
         self.process = subprocess.Popen(
@@ -79,12 +93,24 @@ class LocalServer:
                     )
                 with contextlib.suppress(redis.ConnectionError):
                     if client.ping():
+                        self._check_ours(client, process)
                         return
                 time.sleep(POLL_S)
         finally:
             client.close()
         self.stop()
         raise ServerStartError(f"{self.binary} did not answer PING within {timeout_s:.0f} s")
+
+    def _check_ours(self, client: redis.Redis, process: subprocess.Popen[bytes]) -> None:
+        """The server answering is the one we started, not another that took the port first
+        (ours then exits, refused the port: stop it and say so)."""
+        answering = client.info("server").get("process_id")
+        if answering == process.pid:
+            return
+        self.stop()
+        raise ServerStartError(
+            f"port {self.port} is in use (pid {answering} answers there, not our {self.binary})"
+        )
 
     def version(self) -> str:
         """`valkey-server 9.1.2` or `redis-server 7.0.15`, as the server reports itself."""

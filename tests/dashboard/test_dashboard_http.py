@@ -605,7 +605,8 @@ def test_the_command_without_the_extra_says_which_to_install(
     monkeypatch.setitem(sys.modules, "starlette", None)  # import starlette now fails
     result = CliRunner().invoke(main, ["dashboard", "--redis-url", redis_url])
     assert result.exit_code == 2
-    assert "install emq-worker[dashboard]" in result.output
+    assert "python -m pip install -e '" in result.output  # the checkout it was installed from
+    assert "[dashboard]'" in result.output
 
 
 def test_the_worker_command_does_not_import_starlette() -> None:
