@@ -102,9 +102,9 @@ async def test_a_renewal_tick_after_idle_connections_were_killed_renews(
         await idle_connections(worker_client, 3)
         assert await kill_normal_clients(killer) >= 3
         await sweep.tick()
-        assert sweep.counters.renew_failures == 0
-    assert sweep.counters.renew_sweeps == 3
-    assert sweep.counters.self_fenced == 0
+        assert sweep.state.counters.renew_failures == 0
+    assert sweep.state.counters.renew_sweeps == 3
+    assert sweep.state.counters.self_fenced == 0
     assert book.holds(lease)
     assert not lease.lost
 

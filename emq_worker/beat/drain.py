@@ -58,12 +58,7 @@ class Drainer:
         agenda: Agenda,
     ) -> None:
         self.runner = runner
-        self.book = state.book
-        self.pace = state.pace
-        self.settings = state.settings
-        self.counters = state.counters
-        self.clock = state.clock
-        self.stop = state.stop
+        self.state = state
         self.isolation = isolation
         self.status = status
         self.offers = offers
@@ -76,25 +71,25 @@ class Drainer:
 
     async def drain(self, jobs: JobGroup) -> DrainResult:
         drained = DrainResult()
-        deadline = self.clock.monotonic() + self.settings.beat_ms / 1000
+        deadline = self.state.clock.monotonic() + self.state.settings.beat_ms / 1000
         for queue in self.isolation.ready():
-            if not self.agenda.wants_claim(queue.name, self.clock.monotonic()):
+            if not self.agenda.wants_claim(queue.name, self.state.clock.monotonic()):
                 continue
-            while not self.stop.requested:
-                if self.clock.monotonic() >= deadline:
+            while not self.state.stop.requested:
+                if self.state.clock.monotonic() >= deadline:
                     drained.more = True
                     return drained
-                running = self.book.running + self.offers.reserved(other_than=queue.name)
-                free = self.settings.concurrency - running
+                running = self.state.book.running + self.offers.reserved(other_than=queue.name)
+                free = self.state.settings.concurrency - running
                 if free <= 0:
                     break  # a later queue's standing offer still holds a slot of its own
-                claimed_at, count = self.clock.monotonic(), min(free, self._batch())
+                claimed_at, count = self.state.clock.monotonic(), min(free, self._batch())
                 result = await self._claim_or_rest(queue, count, claimed_at)
                 if result is None:
                     break
-                self.pace.claimed(self.clock.monotonic() - claimed_at)
+                self.state.pace.claimed(self.state.clock.monotonic() - claimed_at)
                 self.status.note_pause(queue.name, result.paused)
-                self.counters.phantoms += result.phantoms
+                self.state.counters.phantoms += result.phantoms
                 self.start(jobs, result, claimed_at)
                 drained.claimed += len(result.jobs)
                 dry = len(result.jobs) + result.phantoms < count
@@ -110,8 +105,8 @@ class Drainer:
     def _batch(self) -> int:
         """The most jobs one claim asks for: half the slots while handlers await I/O, so that
         one half's claim is in flight while the other half's jobs run (pace.py)."""
-        if self.pace.split_claims():
-            return min(CLAIM_BATCH, max(1, self.settings.concurrency // 2))
+        if self.state.pace.split_claims():
+            return min(CLAIM_BATCH, max(1, self.state.settings.concurrency // 2))
         return CLAIM_BATCH
 
     def start(
@@ -120,7 +115,7 @@ class Drainer:
         """Start every job of a claim (each leased as of `confirmed_at`) as its own task."""
         for job in result.jobs:
             lease = Lease(job=job, confirmed_at=confirmed_at)
-            self.book.add(lease)
+            self.state.book.add(lease)
             suspect = job.id in result.suspects
             if suspect:
                 self.suspects.add(lease)
@@ -135,13 +130,13 @@ class Drainer:
                     **({"handed_off": True} if handed_off else {}),
                 )
         if result.jobs:
-            self.counters.claimed += len(result.jobs)
-            self.counters.by_queue[(result.jobs[0].queue, "claimed")] += len(result.jobs)
+            self.state.counters.claimed += len(result.jobs)
+            self.state.counters.by_queue[(result.jobs[0].queue, "claimed")] += len(result.jobs)
 
     def start_handed_off(self, jobs: JobGroup, handed: HandedOff) -> None:
         """Start a job enqueue.lua leased to this worker's offer (its lease began after the claim
         that left the offer was sent)."""
-        self.counters.handed_off += 1
+        self.state.counters.handed_off += 1
         result = ClaimResult((handed.job,), paused=False, phantoms=0)
         self.start(jobs, result, handed.made_at, handed_off=True)
 
@@ -160,9 +155,9 @@ class Drainer:
         nonce: claim.lua's memo hands back what the lost reply leased, rather than leaving those
         jobs stranded until the reaper returns them a lease later."""
         nonce = new_nonce()
-        terms = self.offers.terms(queue.name, may_offer=not self.stop.requested)
+        terms = self.offers.terms(queue.name, may_offer=not self.state.stop.requested)
         result: ClaimResult | None = None
-        lease_ms, room = self.settings.lease_ms, self.suspects.room()
+        lease_ms, room = self.state.settings.lease_ms, self.suspects.room()
         woken = self.agenda[queue.name].woken
 
         async def send() -> ClaimResult:
@@ -184,4 +179,4 @@ class Drainer:
         """A limit refused the claim: claim the queue again when its window reopens (rate), or
         poll for a slot freed elsewhere (concurrency), rather than spin or wait for a wake."""
         wait_ms = limited.retry_after_ms if limited.reason == "rate" else CEILING_POLL_MS
-        self.agenda.held_back(queue, self.clock.monotonic() + max(1, wait_ms) / 1000)
+        self.agenda.held_back(queue, self.state.clock.monotonic() + max(1, wait_ms) / 1000)

@@ -34,38 +34,33 @@ interval / RESEND_SHARE on another line (renew is idempotent)."""
 
 class RenewalSweep:
     def __init__(self, state: WorkerState, lines: RenewalLines | None = None) -> None:
-        self.queues = state.queues
-        self.book = state.book
-        self.slots = state.slots
-        self.settings = state.settings
-        self.counters = state.counters
-        self.clock = state.clock
+        self.state = state
         self.lines = lines
         """Where renewals are sent; None: on each queue's own client (an injected client)."""
         self.log = get_logger()
         self.deadlines = LocalDeadlines(
             state.book,
             state.clock,
-            self.settings.lease_ms / 1000,
-            self.settings.stop_margin / 1000,
+            self.state.settings.lease_ms / 1000,
+            self.state.settings.stop_margin / 1000,
             self._self_fence,
         )
         self._last_sent: dict[str, float] = {}
-        if self.settings.renew:
-            self.book.on_add = self.deadlines.watch
+        if self.state.settings.renew:
+            self.state.book.on_add = self.deadlines.watch
 
     async def run(self) -> None:
-        interval = self.settings.renew_interval_ms / 1000
+        interval = self.state.settings.renew_interval_ms / 1000
         step = interval / RESEND_SHARE
-        for lease in self.book:  # (claimed before the sweep started)
+        for lease in self.state.book:  # (claimed before the sweep started)
             self.deadlines.watch(lease)
-        next_tick = self.clock.monotonic() + interval
+        next_tick = self.state.clock.monotonic() + interval
         try:
             async with anyio.create_task_group() as sends:
                 while True:
-                    now = self.clock.monotonic()
+                    now = self.state.clock.monotonic()
                     await anyio.sleep(max(0.0, min(next_tick, now + step) - now))
-                    now = self.clock.monotonic()
+                    now = self.state.clock.monotonic()
                     if now >= next_tick:
                         next_tick = max(next_tick + interval, now)
                         sends.start_soon(self.tick)
@@ -78,16 +73,16 @@ class RenewalSweep:
         """Renew every held lease, one call per queue, all at once; return when each answered
         or failed. A call that does not answer holds up nothing else: the next tick, the
         re-sends and the local deadlines' timer go on without it."""
-        sent_at = self.clock.monotonic()
+        sent_at = self.state.clock.monotonic()
         async with anyio.create_task_group() as group:
-            for queue, leases in self.book.queues():
+            for queue, leases in self.state.book.queues():
                 group.start_soon(self._renew_queue, queue, leases, sent_at)
 
     def _resend_unconfirmed(self, sends: anyio.abc.TaskGroup, now: float, step: float) -> None:
         """Re-send a queue's renewal when it holds a lease unconfirmed for over an interval
         (its last renewal is stuck or failed) and nothing was sent for it this step."""
-        interval = self.settings.renew_interval_ms / 1000
-        for queue, leases in self.book.queues():
+        interval = self.state.settings.renew_interval_ms / 1000
+        for queue, leases in self.state.book.queues():
             oldest = min(lease.confirmed_at for lease in leases)
             sent = self._last_sent.get(queue, oldest)
             if now - oldest > interval and now - sent >= step * 0.9:
@@ -96,7 +91,7 @@ class RenewalSweep:
     async def _renew_queue(self, name: str, leases: list[Lease], sent_at: float) -> None:
         if self.lines is None:
             self._last_sent[name] = sent_at
-            await self._renew_on(self.queues[name], leases, sent_at)
+            await self._renew_on(self.state.queues[name], leases, sent_at)
             return
         with self.lines.idle() as line:
             if line is None:  # every line has a renewal in flight: the next step tries again
@@ -106,16 +101,16 @@ class RenewalSweep:
 
     async def _renew_on(self, queue: Queue, leases: list[Lease], sent_at: float) -> None:
         try:
-            lost = await queue.renew([lease.held for lease in leases], self.settings.lease_ms)
+            lost = await queue.renew([lease.held for lease in leases], self.state.settings.lease_ms)
         except RETRYABLE as exc:  # e.g. OOM refuses renewals: the self-fence covers a long one
             if fatal(exc):
                 raise
-            self.counters.renew_failures += 1
+            self.state.counters.renew_failures += 1
             self.log.warning(
                 "renew_failed", queue=queue.name, leases=len(leases), error=describe(exc)
             )
             return
-        self.counters.renew_sweeps += 1
+        self.state.counters.renew_sweeps += 1
         lost_by_id = {item.id: item for item in lost}
         for lease in leases:
             item = lost_by_id.get(lease.job.id)
@@ -129,21 +124,21 @@ class RenewalSweep:
                 self._lose(lease, item)
 
     def _cancel(self, lease: Lease) -> None:
-        if lease.cancel_requested or lease.settling or not self.book.holds(lease):
+        if lease.cancel_requested or lease.settling or not self.state.book.holds(lease):
             return
         job = lease.job
         self.log.warning("job_cancel_requested", queue=job.queue, job_id=job.id, attempts=job.token)
         lease.cancel()
 
     def _lose(self, lease: Lease, item: LostLease) -> None:
-        if lease.settling or not self.book.holds(lease):
+        if lease.settling or not self.state.book.holds(lease):
             return  # settled meanwhile: the settle's reply tells what happened
         job = lease.job
         stale = _another_holder(item.current, job.token)
-        self.counters.leases_lost += 1
+        self.state.counters.leases_lost += 1
         if stale:
-            self.counters.fenced += 1
-            self.counters.by_queue[(job.queue, "fenced")] += 1
+            self.state.counters.fenced += 1
+            self.state.counters.by_queue[(job.queue, "fenced")] += 1
         self.log.warning(
             "lease_lost",
             queue=job.queue,
@@ -155,12 +150,12 @@ class RenewalSweep:
         if stale:
             tracing.fenced(lease.span, job.id, job.token, "renew", item.current)
         tracing.lease_lost(lease.span, job.id, job.token, item.current, "renew")
-        self._give_up(lease)
+        self.state.give_up(lease)
 
     def _self_fence(self, lease: Lease, now: float) -> None:
         """Give up a lease past its local deadline: no renewal was confirmed for the lease
         less the stop margin, so the server may reap it soon (deadlines.py)."""
-        self.counters.self_fenced += 1
+        self.state.counters.self_fenced += 1
         job = lease.job
         self.log.warning(
             "lease_self_fenced",
@@ -168,15 +163,10 @@ class RenewalSweep:
             job_id=job.id,
             token=job.token,
             unconfirmed_ms=int((now - lease.confirmed_at) * 1000),
-            stop_margin_ms=self.settings.stop_margin,
+            stop_margin_ms=self.state.settings.stop_margin,
         )
         tracing.lease_lost(lease.span, job.id, job.token, "", "unconfirmed")
-        self._give_up(lease)
-
-    def _give_up(self, lease: Lease) -> None:
-        lease.lose()
-        self.book.discard(lease)
-        self.slots.fire()
+        self.state.give_up(lease)
 
 
 def _another_holder(current: str, token: int) -> bool:
@@ -212,9 +202,9 @@ class MeteredSweep(RenewalSweep):
         return self
 
     async def tick(self) -> None:
-        held = len(self.book)
-        started = self.clock.monotonic()
+        held = len(self.state.book)
+        started = self.state.clock.monotonic()
         await super().tick()
         if held:
-            self.seconds.observe(self.clock.monotonic() - started)
+            self.seconds.observe(self.state.clock.monotonic() - started)
             self.leases.observe(held)

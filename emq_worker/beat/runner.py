@@ -31,7 +31,6 @@ from emq_worker.jobs.process_tasks import check_process_tasks
 from emq_worker.jobs.results import encode_result
 from emq_worker.jobs.tasks import App, Task
 from emq_worker.jobs.traces import bounded_trace
-from emq_worker.observe.clock import Clock
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.names import Field
 from emq_worker.protocol.replies import ClaimedJob
@@ -68,8 +67,6 @@ class JobRunner:
         self.state = state
         self.app = app
         self.batcher = batcher
-        self.settings = state.settings
-        self.rng = state.rng
         self.threads = anyio.CapacityLimiter(state.settings.concurrency)
         self.pool = ProcessPool(state.settings.process_pool or os.cpu_count() or 1)
         """For `executor="process"` tasks; it starts no process until one of them runs."""
@@ -77,7 +74,6 @@ class JobRunner:
         self.timeouts = JobTimeouts()
         self._task_policies: dict[int, Policy] = {}
         self.log = get_logger()
-        self.clock: Clock = state.clock
         """What lease.confirmed_at is measured on."""
 
     async def run(self, lease: Lease) -> None:
@@ -127,28 +123,23 @@ class JobRunner:
     async def _still_held(self, lease: Lease) -> bool:
         """False when the lease, last confirmed over half a lease ago (the worker stalled since
         the claim or the hand-off), turns out lost: the job is dropped unstarted (prestart.py)."""
-        now = self.clock.monotonic()
-        queue = self.batcher.queues.get(lease.job.queue)
-        if queue is None or not needs_check(lease, self.settings.lease_ms, now):
+        now = self.state.clock.monotonic()
+        queue = self.state.queues.get(lease.job.queue)
+        if queue is None or not needs_check(lease, self.state.settings.lease_ms, now):
             return True
         try:
-            held = await still_held(lease, queue, self.settings.lease_ms, now)
+            held = await still_held(lease, queue, self.state.settings.lease_ms, now)
         except asyncio.CancelledError:
-            if not (lease.lost or lease.cancel_requested):
+            if not absorb_cancel(lease):
                 raise  # the worker is stopping: the lease is handed back
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()
             return not lease.lost  # cancelled: run() settles it dead; lost: the sweep dropped it
         if held:
             return not lease.lost  # (lost meanwhile to the sweep: it dropped the lease itself)
-        lease.lost = True  # (not lose(): that would cancel this very task)
-        self.batcher.book.discard(lease)
-        self.batcher.slots.fire()
+        self.state.give_up(lease, cancel=False)  # (this very task: nothing to cancel)
         return False
 
     def _prepare(self, job: ClaimedJob) -> Call:
-        services = JobServices(self.batcher.queues.get(job.queue), self.state.handler_client)
+        services = JobServices(self.state.queues.get(job.queue), self.state.handler_client)
         raw = self.app.raw.get(job.queue)
         if raw is not None:
             ctx = JobContext(job, raw.name, services)
@@ -167,7 +158,9 @@ class JobRunner:
         """The task's policy over the worker's defaults, resolved once per task."""
         policy = self._task_policies.get(id(task))
         if policy is None:
-            policy = self._task_policies[id(task)] = resolve(self.settings.policy, task.policy)
+            policy = self._task_policies[id(task)] = resolve(
+                self.state.settings.policy, task.policy
+            )
         return policy
 
     async def _call(self, lease: Lease, call: Call) -> Outcome | None:
@@ -253,7 +246,7 @@ class JobRunner:
     async def _failure(self, lease: Lease, call: Call, error: str, trace: str) -> Failure:
         policy = call.policy
         attempt = await self._attempt_in_budget(lease)
-        delay = delay_ms(policy.backoff, attempt, self.rng)
+        delay = delay_ms(policy.backoff, attempt, self.state.rng)
         return Failure(lease.held, delay, policy.max_attempts, error, trace)
 
     async def _attempt_in_budget(self, lease: Lease) -> int:
@@ -262,7 +255,7 @@ class JobRunner:
         a first attempt (the slow path); on any Redis error the absolute count stands."""
         job = lease.job
         attempt = int(job.token)
-        queue = self.batcher.queues.get(job.queue)
+        queue = self.state.queues.get(job.queue)
         if attempt == 1 or queue is None:
             return attempt
         try:
@@ -270,25 +263,31 @@ class JobRunner:
         except RedisError:
             return attempt
         except asyncio.CancelledError:
-            if not (lease.lost or lease.cancel_requested):
+            if not absorb_cancel(lease):
                 raise  # the worker is stopping: the lease is handed back, not settled
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()
             return attempt
         text = base.decode() if isinstance(base, bytes) else base
         return max(1, attempt - int(text)) if text and text.isdigit() else attempt
+
+
+def absorb_cancel(lease: Lease) -> bool:
+    """In a job's own task that caught a cancellation: True when it came from the job's lease
+    (lost, or an operator's cancel) and is absorbed, so the task can say what became of the job;
+    False when the worker is stopping, which the caller raises on (the lease is handed back)."""
+    if not (lease.lost or lease.cancel_requested):
+        return False
+    current = asyncio.current_task()
+    if current is not None:
+        current.uncancel()
+    return True
 
 
 def _cancelled(lease: Lease, exc: asyncio.CancelledError) -> Outcome | None:
     """A running handler was cancelled: by its lost lease (None: nothing is written), by an
     operator's cancel (the job goes dead), or by the worker stopping (raised on: the lease is
     handed back, not settled)."""
-    if not (lease.lost or lease.cancel_requested):
+    if not absorb_cancel(lease):
         raise exc
-    current = asyncio.current_task()
-    if current is not None:
-        current.uncancel()
     if lease.lost:
         return None
     return Failure(lease.held, 0, 0, CANCELLED)

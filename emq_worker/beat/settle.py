@@ -36,12 +36,7 @@ class Handover(NamedTuple):
 
 class SettleBatcher:
     def __init__(self, state: WorkerState) -> None:
-        self.queues = state.queues
-        self.book = state.book
-        self.slots = state.slots
-        self.pace = state.pace
-        self.settings = state.settings
-        self.counters = state.counters
+        self.state = state
         self.log = get_logger()
         self._log_jobs = self.log.is_enabled_for(logging.INFO)
         """Whether each completion is logged (info); at warning, the hot path logs nothing."""
@@ -52,13 +47,13 @@ class SettleBatcher:
         self, lease: Lease, outcome: Outcome, task: str, seconds: float | None = None
     ) -> None:
         """Hand a finished job's outcome over; its lease stays held (and renewed) until written."""
-        self.book.mark_settling(lease)
+        self.state.book.mark_settling(lease)
         if seconds is not None:
-            self.pace.handled(seconds)
+            self.state.pace.handled(seconds)
         handover = Handover(lease, outcome, task, seconds)
         self._waiting.setdefault(lease.job.queue, []).append(handover)
         self._ready.set()
-        self.slots.fire()  # the handler is done: its slot is free for the next claim
+        self.state.slots.fire()  # the handler is done: its slot is free for the next claim
 
     async def run(self) -> None:
         while True:
@@ -69,14 +64,14 @@ class SettleBatcher:
                 for name, handovers in waiting.items():
                     for start in range(0, len(handovers), MAX_BATCH):
                         chunk = handovers[start : start + MAX_BATCH]
-                        group.start_soon(self._flush, self.queues[name], chunk)
+                        group.start_soon(self._flush, self.state.queues[name], chunk)
 
     async def _flush(self, queue: Queue, handovers: list[Handover]) -> None:
         try:
             results = await self._write(queue, handovers)
             for handover, result in zip(handovers, results, strict=True):
                 self._record(handover, result)
-                self.book.discard(handover.lease)
+                self.state.book.discard(handover.lease)
         finally:
             for handover in handovers:  # written, refused, or cut short by a forced stop
                 tracing.end(handover.lease.span)
@@ -87,11 +82,13 @@ class SettleBatcher:
         """Send the batch, retrying through connection trouble until the settle timeout."""
         outcomes = [handover.outcome for handover in handovers]
         pause = FIRST_PAUSE_S
-        with anyio.move_on_after(self.settings.settle_timeout_ms / 1000):
+        with anyio.move_on_after(self.state.settings.settle_timeout_ms / 1000):
             while True:
                 try:
                     return await queue.settle(
-                        outcomes, self.settings.receipt_ms, self.settings.completed_ttl_ms
+                        outcomes,
+                        self.state.settings.receipt_ms,
+                        self.state.settings.completed_ttl_ms,
                     )
                 except RETRYABLE as exc:  # READONLY, MISCONF too: retried, then left to the reaper
                     if fatal(exc):
@@ -110,7 +107,7 @@ class SettleBatcher:
             and result.status is SettleStatus.OK
             and isinstance(handover.outcome, Completion)
         ):
-            counters = self.counters  # the hot path: nothing to log above info
+            counters = self.state.counters  # the hot path: nothing to log above info
             counters.completed += 1
             job = handover.lease.job
             counters.settled(
@@ -130,8 +127,8 @@ class SettleBatcher:
         if result.status in (SettleStatus.OK, SettleStatus.SETTLED):
             self._count(handover, result, facts)
         elif result.status is SettleStatus.STALE:
-            self.counters.fenced += 1
-            self.counters.by_queue[(job.queue, "fenced")] += 1
+            self.state.counters.fenced += 1
+            self.state.counters.by_queue[(job.queue, "fenced")] += 1
             self.log.warning("write_fenced", stale_token=job.token, current=result.detail, **facts)
             tracing.fenced(handover.lease.span, job.id, job.token, "settle", result.detail)
         else:
@@ -146,12 +143,12 @@ class SettleBatcher:
         outcome = handover.outcome
         repeated = result.status is SettleStatus.SETTLED
         if isinstance(outcome, Completion):
-            self.counters.completed += 1
+            self.state.counters.completed += 1
             self._settled(handover, "completed")
             self.log.info("job_completed", repeated=repeated, **facts)
             return
         if result.detail == "dead":
-            self.counters.dead_lettered += 1
+            self.state.counters.dead_lettered += 1
             self._settled(handover, "dead_lettered")
             self.log.warning(
                 "job_dead",
@@ -161,7 +158,7 @@ class SettleBatcher:
                 **facts,
             )
         else:
-            self.counters.retried += 1
+            self.state.counters.retried += 1
             self._settled(handover, "retried")
             self.log.warning(  # a failure, if not yet a final one: as job_dead, not info
                 "job_retried",
@@ -175,6 +172,6 @@ class SettleBatcher:
 
     def _settled(self, handover: Handover, outcome: str) -> None:
         job, error = handover.lease.job, getattr(handover.outcome, "error", "")
-        self.counters.settled(
+        self.state.counters.settled(
             job.queue, handover.task, outcome, handover.seconds, (job.id, job.token), error
         )

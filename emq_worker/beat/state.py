@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emq_worker.beat.config import WorkerSettings
-from emq_worker.beat.lease import LeaseBook, SlotSignal
+from emq_worker.beat.lease import Lease, LeaseBook, SlotSignal
 from emq_worker.beat.pace import Pace
 from emq_worker.observe.clock import Clock
 from emq_worker.observe.metrics import Counters
@@ -55,3 +55,13 @@ class WorkerState:
     pace: Pace = field(default_factory=Pace)
     handler_client: Any = None
     """The client handlers get as `ctx.redis` (valkey/autopipeline.py); None: none to give."""
+
+    def give_up(self, lease: Lease, *, cancel: bool = True) -> None:
+        """The lease is no longer ours: stop its job (its late result is never written), forget
+        the lease and free its slot. `cancel=False` from the job's own task, which stops itself."""
+        if cancel:
+            lease.lose()
+        else:
+            lease.lost = True
+        self.book.discard(lease)
+        self.slots.fire()

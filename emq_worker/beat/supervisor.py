@@ -61,13 +61,8 @@ class Supervisor:
         self.queues = queues
         self._by_name = state.queues
         self.runner = runner
-        self.book = state.book
-        self.slots = state.slots
+        self.state = state
         self.settings = settings
-        self.counters = state.counters
-        self.clock = state.clock
-        self.rng = state.rng
-        self.stop = state.stop
         self.log = get_logger()
         self.notifier = notifier or Notifier()
         self._park_scope: anyio.CancelScope | None = None
@@ -91,7 +86,7 @@ class Supervisor:
             state.counters, registry.id if registry else "", settings.history_every_ms
         )
         self._name_queues = True
-        self.stop.on_request(self._end_park)
+        self.state.stop.on_request(self._end_park)
 
     def _end_park(self) -> None:
         """A stop was requested: stop claiming, and end the current park at once."""
@@ -101,7 +96,7 @@ class Supervisor:
     async def run(self, jobs: JobGroup) -> None:
         """Beat until a stop is requested (or, in burst mode, until nothing is left)."""
         failures = 0
-        while not self.stop.requested:
+        while not self.state.stop.requested:
             # Every pass yields at least once, whatever path it takes, so the renewal sweep and
             # the jobs are never starved by a pass that finds nothing to await.
             await anyio.lowlevel.checkpoint()
@@ -117,7 +112,7 @@ class Supervisor:
                 if fatal(exc):
                     raise
                 failures += 1
-                pause = backoff_s(failures, self.rng)
+                pause = backoff_s(failures, self.state.rng)
                 self.log.warning("beat_failed", error=describe(exc), retry_in_ms=int(pause * 1000))
                 await self._sleep_unless_stopped(pause)
                 continue
@@ -135,17 +130,17 @@ class Supervisor:
             except RETRYABLE as exc:
                 self.log.warning("withdraw_failed", error=describe(exc))
                 return
-            self.counters.released += released
+            self.state.counters.released += released
 
     async def _cycle(self, jobs: JobGroup) -> bool:
         """One pass: the beat's own chores when due, the queues' upkeep when due, a drain, and a
         park. Returns True when nothing is held, pending or scheduled."""
-        now = self.clock.monotonic()
+        now = self.state.clock.monotonic()
         if now >= self._next_beat:
             self._next_beat = now + self.settings.beat_ms / 1000
             if self.history.due(now):
                 await self.record_history(now)
-            self.status.report(now, len(self.book), self.counters.completed)
+            self.status.report(now, len(self.state.book), self.state.counters.completed)
             if now >= self._next_presence:
                 await self.announce()
         if self.settings.burst:
@@ -154,7 +149,7 @@ class Supervisor:
         await self.tend()
         drained = await self.drainer.drain(jobs)
         await self.tend_woken_dry()
-        idle = drained.claimed == 0 and len(self.book) == 0 and not self.agenda.scheduled()
+        idle = drained.claimed == 0 and len(self.state.book) == 0 and not self.agenda.scheduled()
         idle = idle and not self.agenda.holding()  # held back by a limit is not idle
         idle = idle and not self.isolation.health.resting()  # nor is a queue that failed
         if idle and self.settings.burst:
@@ -173,10 +168,10 @@ class Supervisor:
         expired leases (a crashed worker held thousands) comes back within a beat or two, while
         no single call holds the server for long."""
         force = force or self.settings.burst
-        budget_ends = self.clock.monotonic() + self.settings.beat_ms / 2000
+        budget_ends = self.state.clock.monotonic() + self.settings.beat_ms / 2000
         for queue in self.isolation.ready():
             with self.isolation.isolated(queue):
-                busy = self.book.holds_on(queue.name)
+                busy = self.state.book.holds_on(queue.name)
                 await self.upkeep.tend(queue, budget_ends, force=force, busy=busy)
 
     async def tend_woken_dry(self) -> None:
@@ -196,14 +191,16 @@ class Supervisor:
         off as a whole."""
         if self.registry is None:
             return
-        self._next_presence = self.clock.monotonic() + self.registry.ttl_ms / 1000 / PRESENCE_SHARE
-        book = self.book
+        self._next_presence = (
+            self.state.clock.monotonic() + self.registry.ttl_ms / 1000 / PRESENCE_SHARE
+        )
+        book = self.state.book
         presence = Presence(
             len(book),
-            self.counters.completed,
+            self.state.counters.completed,
             book.running,
             dict(book.queues()),
-            self.clock.monotonic(),
+            self.state.clock.monotonic(),
         )
         try:
             await self.registry.beat(presence)
@@ -233,20 +230,20 @@ class Supervisor:
     async def park(self, jobs: JobGroup) -> None:
         """Sleep for a beat, or until the agenda's next time or the end of a resting queue's
         pause; a wake token, a job handed to this worker, or a freed slot ends it early."""
-        now = self.clock.monotonic()
+        now = self.state.clock.monotonic()
         times = (self.agenda.next_time(now), self.isolation.next_retry())
         # At most a beat from now (not from the beat's start): a park that ends for the agenda
         # starts a fresh beat-long one, so an idle worker sends about one BLPOP per beat.
         until = min([now + self.settings.beat_ms / 1000, *(t for t in times if t is not None)])
         timeout = until - now
-        if timeout <= 0 or self.stop.requested:
+        if timeout <= 0 or self.state.stop.requested:
             return
         with anyio.CancelScope() as scope:
             self._park_scope = scope
             try:
-                if self.book.running >= self.settings.concurrency:
+                if self.state.book.running >= self.settings.concurrency:
                     with anyio.move_on_after(timeout):
-                        await self.slots.arm().wait()
+                        await self.state.slots.arm().wait()
                 else:
                     popped = await self.isolation.park(self._wakes, timeout, self.offers)
                     self.heard(jobs, popped)

@@ -33,10 +33,8 @@ class QueueUpkeep:
         agenda: Agenda,
         repeats: RepeatFirer,
     ) -> None:
-        self.settings = state.settings
+        self.state = state
         self.reap_max_attempts = reap_max_attempts
-        self.counters = state.counters
-        self.clock = state.clock
         self.log = log
         self.agenda = agenda
         self.repeats = repeats
@@ -52,18 +50,18 @@ class QueueUpkeep:
         with `force`; `busy`: this worker holds leases there), more reaps while the check's batch
         was full, and a promote and a repeat scan whose time has come."""
         times = self.agenda[queue.name]
-        if force or self.clock.monotonic() >= times.check_at:
+        if force or self.state.clock.monotonic() >= times.check_at:
             window_s = self.agenda.window()
-            batch, cap = self.settings.reap_batch, self.reap_max_attempts
+            batch, cap = self.state.settings.reap_batch, self.reap_max_attempts
             due = await check_upkeep(queue, int(window_s * 1000), batch, cap, force=force)
-            self.agenda.checked(queue.name, due, self.clock.monotonic(), window_s, busy)
+            self.agenda.checked(queue.name, due, self.state.clock.monotonic(), window_s, busy)
             returned = self._note_reaped(queue, due.reaped)
-            if due.reap_in == 0 and self.clock.monotonic() < budget_ends:
+            if due.reap_in == 0 and self.state.clock.monotonic() < budget_ends:
                 returned += await self.reap(queue, budget_ends)
-            self.agenda.reaped(queue.name, returned, due.reap_in == 0, self.clock.monotonic())
-        if times.promote_at is not None and self.clock.monotonic() >= times.promote_at:
+            self.agenda.reaped(queue.name, returned, due.reap_in == 0, self.state.clock.monotonic())
+        if times.promote_at is not None and self.state.clock.monotonic() >= times.promote_at:
             await self.promote(queue)
-        if times.repeat_at is not None and self.clock.monotonic() >= times.repeat_at:
+        if times.repeat_at is not None and self.state.clock.monotonic() >= times.repeat_at:
             await self.fire_repeats(queue)
 
     async def reap(self, queue: Queue, budget_ends: float) -> int:
@@ -71,18 +69,18 @@ class QueueUpkeep:
         how many jobs went back to pending."""
         more, returned = True, 0
         while more:
-            result = await queue.reap(self.settings.reap_batch, self.reap_max_attempts)
+            result = await queue.reap(self.state.settings.reap_batch, self.reap_max_attempts)
             returned += self._note_reaped(queue, result)
-            more = result.more and self.clock.monotonic() < budget_ends
+            more = result.more and self.state.clock.monotonic() < budget_ends
         return returned
 
     def _note_reaped(self, queue: Queue, result: ReapResult) -> int:
         """Count and log what a reap (or a check's) did; returns how many went back to pending."""
-        self.counters.reaped += result.returned
-        self.counters.reaped_dead += result.dead
+        self.state.counters.reaped += result.returned
+        self.state.counters.reaped_dead += result.dead
         if result.returned or result.dead:
-            self.counters.by_queue[(queue.name, "reaped")] += result.returned + result.dead
-        self.counters.phantoms += result.phantoms
+            self.state.counters.by_queue[(queue.name, "reaped")] += result.returned + result.dead
+        self.state.counters.phantoms += result.phantoms
         if self._log_jobs:
             for job_id, outcome in result.jobs:
                 self.log.info("job_reaped", queue=queue.name, job_id=job_id, to=outcome)
@@ -100,18 +98,18 @@ class QueueUpkeep:
         """Promote every scheduled job now due; the agenda learns when the next one is."""
         promoted = 0
         while True:
-            result = await queue.promote(self.settings.promote_batch)
+            result = await queue.promote(self.state.settings.promote_batch)
             promoted += result.promoted
-            self.counters.promoted += result.promoted
-            self.counters.phantoms += result.phantoms
+            self.state.counters.promoted += result.promoted
+            self.state.counters.phantoms += result.phantoms
             if not result.more:
                 if result.outbox:
                     self.released_parents += await self.outbox.sweep(queue)
-                now = self.clock.monotonic()
+                now = self.state.clock.monotonic()
                 self.agenda.promoted(queue.name, promoted, result.next_due_ms, now)
                 return
 
     async def fire_repeats(self, queue: Queue) -> None:
         """Mint the due occurrences of every repeatable job; the agenda learns the next one."""
         due_in = await self.repeats.fire(queue)
-        self.agenda.repeats_fired(queue.name, due_in, self.clock.monotonic())
+        self.agenda.repeats_fired(queue.name, due_in, self.state.clock.monotonic())

@@ -215,7 +215,7 @@ async def test_one_renewal_tick_sends_every_queue_before_any_reply(
     sweep = RenewalSweep(state)
     await sweep.tick()
     assert most == len(names) == 6
-    assert sweep.counters.renew_sweeps == 6
+    assert sweep.state.counters.renew_sweeps == 6
 
 
 async def _until_blocked(cluster: ClusterOfServers, count: int) -> None:
