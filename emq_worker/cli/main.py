@@ -25,6 +25,7 @@ from emq_worker.cli.options import (
     log_level_option,
     queue_names,
     redis_url_option,
+    socket_timeout_s,
     usage_error,
     wire_version_option,
 )
@@ -269,6 +270,7 @@ def run(
             http=http or None,
             connect_wait_ms=connect_wait_ms,
             process_pool=process_pool,
+            check_timeout_ms=round(socket_timeout_s() * 1000),
         )
         app = with_raw_tasks(load_app(app_path, app_dir), raw_tasks, settings.queues)
     except ConfigError as exc:
