@@ -27,7 +27,7 @@ from redis.exceptions import InvalidResponse, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from structlog.typing import FilteringBoundLogger
 
-from emq_worker.errors import EmqError
+from emq_worker.errors import ServerTimeoutError, ServerUnreachableError
 from emq_worker.server.cluster_url import is_cluster_url, parse_cluster_url
 from emq_worker.server.connection import DEFAULT_TIMEOUT_S, redacted
 from emq_worker.server.failures import describe, fatal, preflight
@@ -36,17 +36,6 @@ STARTUP_BACKOFF = ExponentialWithJitterBackoff(base=0.1, cap=2.0)
 PROBE_S = 2.0
 """How long a TLS or plaintext probe of the port may take."""
 DEFAULT_PORT = 6379
-
-
-class ServerUnreachableError(EmqError, RedisConnectionError):
-    """The server could not be reached, or did not answer as Redis; the message names it (its
-    URL, never the password) and says what was seen. A redis ConnectionError too, so code that
-    catches those catches it."""
-
-
-class ServerTimeoutError(ServerUnreachableError, RedisTimeoutError):
-    """The server accepted the connection but did not answer within the socket timeout (a
-    frozen server, another service on the port); a redis TimeoutError too."""
 
 
 UNANSWERED: tuple[type[RedisError], ...] = (
