@@ -58,6 +58,8 @@ def main() -> None:
       file (a Docker or systemd secret). A URL without a password takes one from
       EMQ_REDIS_PASSWORD_FILE, $CREDENTIALS_DIRECTORY/redis-password or
       /run/secrets/redis-password. Keep passwords off the command line.
+    And --socket-timeout-ms (EMQ_SOCKET_TIMEOUT_MS, 5000): a server that does
+    not answer in that time is an error naming it, never a hang.
     """
 
 
