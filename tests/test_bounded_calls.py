@@ -5,6 +5,8 @@ timeout and a margin) with one line naming the server and what it did, never han
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.server.connection import connect, socket_timeout_of
 from tests.support.conformance import Harness
 from tests.support.mute import NotRedis
+from tests.support.processes import EMQ_WORKER, REPO_ROOT
 from tests.test_enqueue_resend import DroppedFirstReply
 
 BOUND_S = 10.0
@@ -88,6 +91,24 @@ def test_the_socket_timeout_is_a_flag_and_a_variable() -> None:
     bad = CliRunner().invoke(main, ["stats", "--socket-timeout-ms", "0"])
     assert bad.exit_code == 2
     assert "--socket-timeout-ms" in bad.output
+
+
+@pytest.mark.slow
+def test_the_worker_start_up_against_a_silent_server_gives_up_naming_it() -> None:
+    """Each start-up attempt ends within --socket-timeout-ms; --connect-wait-ms bounds them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
+    env |= {"EMQ_CONNECT_WAIT_MS": "0", "EMQ_SOCKET_TIMEOUT_MS": "1000"}
+    with NotRedis("silent") as silent:
+        args = [str(EMQ_WORKER), "run", "-q", "orders", "--app", APP, "--redis-url", silent.url]
+        try:
+            done = subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, timeout=60)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError("the worker still starting after 60 s") from exc
+    output = (done.stdout + done.stderr).decode()
+    [line] = [line for line in output.splitlines() if line.startswith("Error:")]
+    assert done.returncode == 1, output
+    assert f"Redis at {silent.url}" in line
+    assert SAID["silent"] in line
 
 
 @pytest.mark.slow
