@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
 class EmqError(Exception):
@@ -43,6 +45,17 @@ class VersionFenceError(EmqError, RedisError):
             f"{{emq}}:version is {found!r} but this worker speaks {expected!r}; "
             "refusing to touch the keyspace (set --wire-version to match, or migrate)"
         )
+
+
+class ServerUnreachableError(EmqError, RedisConnectionError):
+    """The server could not be reached, or did not answer as Redis (an HTTP server on the port);
+    the message names it (its URL, never the password) and says what was seen. A redis-py
+    ConnectionError too, so code that catches those catches it."""
+
+
+class ServerTimeoutError(ServerUnreachableError, RedisTimeoutError):
+    """The server accepted the connection but did not answer within the socket timeout (a
+    frozen server, another service on the port); a redis-py TimeoutError too."""
 
 
 class ScriptError(EmqError):

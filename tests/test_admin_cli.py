@@ -442,8 +442,8 @@ def test_a_malformed_job_id_is_refused_naming_it(redis_url: str, queue_name: str
 def test_an_unreachable_server_is_a_clear_error(queue_name: str) -> None:
     result = cli(UNREACHABLE, "stats", "--queue", queue_name)
     assert result.exit_code == 1
-    assert "Error: redis:" in result.output
-    assert "127.0.0.1:1" in result.output
+    assert f"Error: Redis at {UNREACHABLE}" in result.output
+    assert "nothing accepts connections at 127.0.0.1:1" in result.output
 
 
 def test_help_lists_the_admin_commands_and_their_variables() -> None:

@@ -12,7 +12,7 @@ from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.values import DEFAULT_COMPLETED_TTL_MS
 from emq_worker.retry import DEFAULT_BACKOFF, Backoff
-from emq_worker.server.connection import DEFAULT_URL, validate_url
+from emq_worker.server.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, validate_url
 
 RECEIPT_MARGIN_MS = 5_000
 """How much longer than the longest retry a settle receipt (or a claim memo) answers a re-send."""
@@ -67,6 +67,10 @@ class WorkerSettings:
     capped, jittered backoff) before the worker exits 1 (0: one attempt)."""
     process_pool: int | None = None
     """Processes at most for `executor="process"` tasks; None: one per core."""
+    check_timeout_ms: int = int(DEFAULT_TIMEOUT_S * 1000)
+    """The socket timeout of the start-up checks (the version fence, the eviction-policy check,
+    `run --check`): each attempt ends within it. Once serving, the worker's own connection
+    waits longer than its park (`socket_timeout_ms`)."""
 
     @property
     def policy(self) -> Policy:
@@ -87,6 +91,7 @@ class WorkerSettings:
         _at_least("renew_every_ms", self.renew_every_ms, 0)
         _at_least("grace_ms", self.grace_ms, 0)
         _at_least("connect_wait_ms", self.connect_wait_ms, 0)
+        _at_least("check_timeout_ms", self.check_timeout_ms, 1)
         _at_least("max_attempts", self.max_attempts, 1)
         _at_least("job_timeout_ms", self.job_timeout_ms, 1)
         _at_least("reap_batch", self.reap_batch, 1)

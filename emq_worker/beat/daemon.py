@@ -71,7 +71,8 @@ async def serve(
     however often it is received (a `--processes` child's parent-death signal: Linux sends it
     again at each step of the child's reparenting)."""
     wait_s = settings.connect_wait_ms / 1000
-    await reach(settings.redis_url, settings.wire_version, get_logger(), wait_s)
+    timeout_s = settings.check_timeout_ms / 1000
+    await reach(settings.redis_url, settings.wire_version, get_logger(), wait_s, timeout_s)
     worker = Worker(settings, app, notifier=notifier)
     outcome = Outcome()
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import anyio
 import click
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.cli.options import failure_message
@@ -19,6 +19,7 @@ from emq_worker.jobs.tasks import App, Task
 from emq_worker.protocol.replies import text
 from emq_worker.retry import format_backoff
 from emq_worker.server.connection import connect, redacted
+from emq_worker.server.reach import explaining
 
 
 def describe_task(task: Task, settings: WorkerSettings, kind: str) -> str:
@@ -32,16 +33,28 @@ def describe_task(task: Task, settings: WorkerSettings, kind: str) -> str:
     return f"  {kind} {task.name}({task.parameters_text()})  {options}"
 
 
+def server_version(info: object) -> str:
+    """`valkey 9.1.2` or `redis 7.0.15` from INFO server: Valkey reports its own name and
+    version (`server_name`, `valkey_version`) beside a `redis_version` kept for old clients."""
+    if not isinstance(info, dict):
+        return "unknown"
+    name = text(info.get("server_name") or "redis")
+    version = info.get(f"{name}_version") or info.get("redis_version") or "unknown"
+    return f"{name} {text(version)}"
+
+
 async def _probe(settings: WorkerSettings) -> str:
-    """The server's version, after a PING through the fenced connection."""
-    client = connect(settings.redis_url, settings.wire_version)
+    """The server's name and version, after a PING through the fenced connection."""
+    timeout_s = settings.check_timeout_ms / 1000
+    client = connect(settings.redis_url, settings.wire_version, socket_timeout_s=timeout_s)
     try:
-        await client.ping()
-        try:
-            info = await client.info("server")
-        except RedisError:
-            return "unknown (INFO denied)"
-        return text(info.get("redis_version", "unknown")) if isinstance(info, dict) else "unknown"
+        async with explaining(settings.redis_url):
+            await client.ping()
+            try:
+                info = await client.info("server")
+            except ResponseError:
+                return "version unknown (INFO denied)"
+            return server_version(info)
     finally:
         await client.aclose()
 
@@ -59,7 +72,7 @@ def run_check(settings: WorkerSettings, app: App) -> int:
         click.echo(f"Error: {failure_message(exc, settings.redis_url)}", err=True)
         return 1
     click.echo(
-        f"server: {redacted(settings.redis_url)} answers (redis_version {version}); "
+        f"server: {redacted(settings.redis_url)} answers ({version}); "
         f"{{emq}}:version is {settings.wire_version!r}"
     )
     click.echo("check passed")

@@ -6,16 +6,15 @@ error naming it (exit 2), an unknown repeat an error naming it (exit 1).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from typing import Any
 
-import anyio
 import click
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from emq_worker.admin import render
+from emq_worker.admin import render, verbs
 from emq_worker.cli.operator import (
     admin_queue_option,
     dump_json,
@@ -23,14 +22,21 @@ from emq_worker.cli.operator import (
     one_queue,
     report,
     run_admin,
+    run_calls,
 )
-from emq_worker.cli.options import json_object, redis_url_option, wire_version_option
-from emq_worker.errors import ConfigError, EmqError
+from emq_worker.cli.options import (
+    json_object,
+    redis_url_option,
+    socket_timeout_s,
+    wire_version_option,
+)
+from emq_worker.errors import ConfigError
 from emq_worker.jobs import events as events_module
 from emq_worker.jobs import repeat
 from emq_worker.protocol import limits
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.server.connection import connect
+from emq_worker.server.reach import explaining
 
 
 def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> limits.Rate | None:
@@ -227,27 +233,31 @@ def events(queue: str, count: int | None, redis_url: str, wire_version: str) -> 
     """Print QUEUE's lifecycle events as they happen, one JSON object per line (at-most-once:
     what happens while this is not subscribed is not shown)."""
 
+    timeout_s = socket_timeout_s()
+
     async def tail() -> None:
-        client = connect(redis_url, wire_version)
+        client = connect(redis_url, wire_version, socket_timeout_s=timeout_s)
         try:
-            async with events_module.open_events(client, queue) as stream:
-                seen = 0
-                async for event in stream:
-                    click.echo(json.dumps(event.data, separators=(",", ":"), ensure_ascii=False))
-                    seen += 1
-                    if count is not None and seen >= count:
-                        return
+            async with explaining(redis_url):
+                await verbs.open_queue(client, Scripts(), queue)  # an unknown queue is an error
+                await _print_events(client, queue, count)
         finally:
             await client.aclose()
 
-    try:
-        anyio.run(tail)
-    except KeyboardInterrupt:
-        pass
-    except EmqError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except RedisError as exc:
-        raise click.ClickException(f"redis: {exc}") from exc
+    with contextlib.suppress(KeyboardInterrupt):
+        run_calls(redis_url, tail)
+
+
+async def _print_events(client: Redis, queue: str, count: int | None) -> None:
+    """The subscription waits for events as long as it takes: the socket timeout bounds the
+    subscribing, not the quiet between events (redis-py reads a subscription unbounded)."""
+    async with events_module.open_events(client, queue) as stream:
+        seen = 0
+        async for event in stream:
+            click.echo(json.dumps(event.data, separators=(",", ":"), ensure_ascii=False))
+            seen += 1
+            if count is not None and seen >= count:
+                return
 
 
 COMMANDS: tuple[click.Command, ...] = (limit, repeat_group, events)

@@ -8,19 +8,50 @@ from __future__ import annotations
 
 import sys
 
+import anyio
 import click
+from redis.exceptions import RedisError
 
 from emq_worker.cli.install import pip_line
-from emq_worker.cli.options import redis_url_option, wire_version_option
+from emq_worker.cli.options import (
+    failure_message,
+    redis_url_option,
+    socket_timeout_s,
+    wire_version_option,
+)
 from emq_worker.dashboard.settings import (
     DEFAULT_BIND,
     TOKEN_VARIABLE,
     DashboardSettings,
     parse_bind,
 )
-from emq_worker.errors import ConfigError
+from emq_worker.errors import ConfigError, EmqError
+from emq_worker.server.connection import connect
+from emq_worker.server.failures import exit_code_for
+from emq_worker.server.reach import explaining
 
+EXIT_UNREACHABLE = 1
 EXIT_USAGE = 2
+
+
+def reach_or_exit(settings: DashboardSettings) -> None:
+    """PING the server before serving: one line and exit 1 (3, 4: credentials, ACL) when it
+    cannot be reached, rather than uvicorn's traceback and "Application startup failed"."""
+    url = settings.redis_url
+
+    async def ping() -> None:
+        client = connect(url, settings.wire_version, socket_timeout_s=settings.socket_timeout_s)
+        try:
+            async with explaining(url):
+                await client.ping()
+        finally:
+            await client.aclose()
+
+    try:
+        anyio.run(ping)
+    except (EmqError, RedisError) as exc:
+        click.echo(f"Error: {failure_message(exc, url)}", err=True)
+        sys.exit(exit_code_for(exc) or EXIT_UNREACHABLE)
 
 
 def missing_extra() -> str | None:
@@ -86,9 +117,11 @@ def dashboard(
             wire_version=wire_version,
             allow_actions=allow_actions,
             token=token or None,
+            socket_timeout_s=socket_timeout_s(),
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
+    reach_or_exit(settings)
 
     import uvicorn
 

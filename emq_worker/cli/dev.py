@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -43,6 +44,18 @@ def _plan(
     return devloop.DevPlan(app, app_dir, queues, port, persist, watch, missing is None)
 
 
+def _data_directory(ctx: click.Context, param: click.Parameter, value: Path | None) -> Any:
+    """--persist DIR, made if missing; one that cannot be made is a usage error naming it."""
+    if value is not None:
+        try:
+            value.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot make the data directory {str(value)!r}: {exc.strerror or exc}", ctx, param
+            ) from exc
+    return value
+
+
 @click.command()
 @click.option("--app", required=True, help="module:attribute of the emq_worker.App to run.")
 @click.option(
@@ -71,6 +84,7 @@ def _plan(
     "--persist",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
+    callback=_data_directory,
     metavar="DIR",
     help="Keep the server's data (AOF) in DIR across runs (default: a temp dir removed on exit).",
 )

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import click
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from emq_worker.cli.operator import job_ids_callback, queue_name_callback, report
+from emq_worker.cli.operator import job_ids_callback, queue_name_callback, report, run_calls
 from emq_worker.cli.options import (
     app_dir_option,
-    failure_message,
     json_object,
     redis_url_option,
+    socket_timeout_s,
     wire_version_option,
 )
 from emq_worker.errors import ConfigError, EmqError, PayloadError, UnknownTaskError
@@ -25,8 +21,7 @@ from emq_worker.jobs.producer import Enqueued, Producer, check_dedup_id
 from emq_worker.jobs.tasks import load_app
 from emq_worker.protocol.ids import DEFAULT_NODE_ID
 from emq_worker.protocol.lanes import PRIORITY_MAX, PRIORITY_MIN, validate_group
-from emq_worker.server.failures import fatal
-from emq_worker.server.reach import ServerUnreachableError, explain
+from emq_worker.server.reach import explaining
 
 
 def optional_job_id(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -192,19 +187,16 @@ def enqueue(
     if app_path:
         check_call(app_path, app_dir, task, kwargs)
 
-    async def send() -> Enqueued:
-        try:
-            return await enqueue_one()
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            if fatal(exc):
-                raise
-            raise ServerUnreachableError(await explain(redis_url, exc)) from exc
+    timeout_s = socket_timeout_s()
 
-    async def enqueue_one() -> Enqueued:
-        async with Producer.from_url(
-            redis_url, node_id=node_id, wire_version=wire_version
-        ) as producer:
-            result = await producer.enqueue(
+    async def send() -> Enqueued:
+        async with (
+            explaining(redis_url),
+            Producer.from_url(
+                redis_url, node_id=node_id, wire_version=wire_version, socket_timeout_s=timeout_s
+            ) as producer,
+        ):
+            return await producer.enqueue(
                 queue,
                 task,
                 kwargs,
@@ -218,11 +210,7 @@ def enqueue(
                 group=group,
                 priority=priority,
             )
-            return result
 
-    try:
-        sent = anyio.run(send)
-    except (EmqError, RedisError) as exc:
-        raise click.ClickException(failure_message(exc, redis_url)) from exc
+    sent = run_calls(redis_url, send)
     text = sent.job_id + (" (duplicate)" if sent.duplicate else "")
     report(as_json, text, {"queue": queue, "job_id": sent.job_id, "duplicate": sent.duplicate})

@@ -25,6 +25,7 @@ from emq_worker.cli.options import (
     log_level_option,
     queue_names,
     redis_url_option,
+    socket_timeout_s,
     usage_error,
     wire_version_option,
 )
@@ -57,6 +58,8 @@ def main() -> None:
       file (a Docker or systemd secret). A URL without a password takes one from
       EMQ_REDIS_PASSWORD_FILE, $CREDENTIALS_DIRECTORY/redis-password or
       /run/secrets/redis-password. Keep passwords off the command line.
+    And --socket-timeout-ms (EMQ_SOCKET_TIMEOUT_MS, 5000): a server that does
+    not answer in that time is an error naming it, never a hang.
     """
 
 
@@ -281,6 +284,7 @@ def run(
             http=http or None,
             connect_wait_ms=connect_wait_ms,
             process_pool=process_pool,
+            check_timeout_ms=round(socket_timeout_s() * 1000),
         )
         app = with_raw_tasks(load_app(app_path, app_dir), raw_tasks, settings.queues)
     except ConfigError as exc:

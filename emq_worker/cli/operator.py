@@ -15,13 +15,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from emq_worker.admin import lookup, verbs
-from emq_worker.cli.options import queue_names
+from emq_worker.cli.options import failure_message, queue_names, socket_timeout_s
 from emq_worker.errors import EmqError, JobIdError, QueueNameError
 from emq_worker.protocol import ids
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.server.connection import connect
+from emq_worker.server.reach import explaining
 
 T = TypeVar("T")
 
@@ -89,21 +90,30 @@ def on_job_queue(
 def run_admin(
     redis_url: str, wire_version: str, work: Callable[[Redis, Scripts], Awaitable[T]]
 ) -> T:
-    """Run one admin call on a fresh (version-fenced) client; errors exit 1 naming the value."""
+    """Run one admin call on a fresh (version-fenced) client, each reply waited for at most
+    --socket-timeout-ms; errors exit 1 naming the value (or the server, when it did not
+    answer)."""
+    timeout_s = socket_timeout_s()
 
     async def call() -> T:
-        client = connect(redis_url, wire_version)
+        client = connect(redis_url, wire_version, socket_timeout_s=timeout_s)
         try:
-            return await work(client, Scripts())
+            async with explaining(redis_url):
+                return await work(client, Scripts())
         finally:
             await client.aclose()
 
+    return run_calls(redis_url, call)
+
+
+def run_calls(redis_url: str, calls: Callable[[], Awaitable[T]]) -> T:
+    """`anyio.run(calls)`; an emq-worker or server error exits 1 with one line."""
     try:
-        return anyio.run(call)
+        return anyio.run(calls)
     except EmqError as exc:
         raise click.ClickException(str(exc)) from exc
     except RedisError as exc:
-        raise click.ClickException(f"redis: {exc}") from exc
+        raise click.ClickException(failure_message(exc, redis_url)) from exc
 
 
 def on_queue(

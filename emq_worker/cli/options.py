@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -13,7 +14,7 @@ from click.core import ParameterSource
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import DEFAULT_URL, redacted, validate_url
+from emq_worker.server.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, redacted, validate_url
 from emq_worker.server.credentials import with_password
 from emq_worker.server.failures import describe, fatal
 
@@ -43,7 +44,36 @@ def _url_text(value: str) -> str:
     return url
 
 
-redis_url_option = click.option(
+F = TypeVar("F", bound=Callable[..., Any])
+_SOCKET_TIMEOUT = "emq_worker.socket_timeout_s"
+
+
+def _keep_socket_timeout(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    ctx.meta[_SOCKET_TIMEOUT] = value / 1000
+    return value
+
+
+def socket_timeout_s() -> float:
+    """The running command's --socket-timeout-ms, in seconds (kept in click's context, so the
+    commands' own parameters need not carry it to where they connect)."""
+    ctx = click.get_current_context(silent=True)
+    value = DEFAULT_TIMEOUT_S if ctx is None else ctx.meta.get(_SOCKET_TIMEOUT, DEFAULT_TIMEOUT_S)
+    return float(value)
+
+
+socket_timeout_option = click.option(
+    "--socket-timeout-ms",
+    type=click.IntRange(min=1),
+    show_envvar=True,
+    envvar="EMQ_SOCKET_TIMEOUT_MS",
+    default=int(DEFAULT_TIMEOUT_S * 1000),
+    show_default=True,
+    expose_value=False,
+    callback=_keep_socket_timeout,
+    help="How long a call may wait for the server's reply (and a connection to open, at most "
+    "5 s) before the command fails naming the server.",
+)
+_url_option = click.option(
     "--redis-url",
     show_envvar=True,
     envvar="EMQ_REDIS_URL",
@@ -53,6 +83,13 @@ redis_url_option = click.option(
     help="Where Redis/Valkey is: redis://, rediss://, unix://, redis+cluster://..., or @FILE "
     "(see `emq-worker --help`).",
 )
+
+
+def redis_url_option(command: F) -> F:
+    """--redis-url and --socket-timeout-ms: every command that talks to the server takes both."""
+    return _url_option(socket_timeout_option(command))
+
+
 app_dir_option = click.option(
     "--app-dir",
     show_envvar=True,

@@ -146,7 +146,9 @@ def create_app(settings: DashboardSettings, client: Redis | None = None) -> Star
         if client is not None:
             yield
             return
-        own = connect(settings.redis_url, settings.wire_version)
+        own = connect(
+            settings.redis_url, settings.wire_version, socket_timeout_s=settings.socket_timeout_s
+        )
         try:
             await own.ping()
             state.attach(own)

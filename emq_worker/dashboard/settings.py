@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from emq_worker.errors import ConfigError
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import validate_url
+from emq_worker.server.connection import DEFAULT_TIMEOUT_S, check_socket_timeout, validate_url
 
 LOOPBACK_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -63,9 +63,12 @@ class DashboardSettings:
     """When set, every page asks for it (a login form, or `Authorization: Bearer`)."""
     poll_ms: int = 1000
     """How often the pages refresh their live parts."""
+    socket_timeout_s: float = DEFAULT_TIMEOUT_S
+    """How long a read waits for the server's reply: a frozen server fails a page (503)."""
 
     def __post_init__(self) -> None:
         validate_url(self.redis_url)
+        check_socket_timeout(self.socket_timeout_s)
         if self.allow_actions and not self.bind.loopback and not self.token:
             raise ConfigError(
                 f"--allow-actions on {self.bind}, beyond loopback, needs a token: set "

@@ -9,6 +9,10 @@ makes any enqueue idempotent the same way: enqueueing again returns the id of th
 under the key (until the window after its completion ends, it is removed, or `dedup_ttl_ms`).
 Each script call carries a nonce: a call the client library re-sends (its reply was lost) is
 answered from the first copy's memo, so a minted id is never minted again for it.
+
+Every call waits at most `socket_timeout_s` (5 s by default) for the server's reply: a frozen
+server, or another service on the port, ends it with ServerUnreachableError (ServerTimeoutError
+for no answer) naming the server, never hangs the caller (jobs/resend.py bounds the re-sends).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Unpack
 
@@ -46,7 +50,8 @@ from emq_worker.protocol.payload_limits import check_payload_size
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import NewJob, ScheduleMode
-from emq_worker.server.connection import DEFAULT_URL, connect
+from emq_worker.server.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, connect
+from emq_worker.server.reach import naming_server
 
 MAX_REMINTS = 3
 NOW: tuple[ScheduleMode, int] = ("now", 0)
@@ -130,10 +135,15 @@ def _when(delay_ms: int | None, run_at: dt.datetime | None) -> tuple[ScheduleMod
 
 
 class Producer:
-    def __init__(self, client: Redis, *, node_id: int = DEFAULT_NODE_ID) -> None:
+    def __init__(
+        self, client: Redis, *, node_id: int = DEFAULT_NODE_ID, url: str | None = None
+    ) -> None:
+        """`url`, the server `client` talks to, is named (password redacted) in the error a
+        call the server did not answer raises; without it redis-py's own error is raised."""
         self.client = client
         self.scripts = Scripts()
         self.minter = SnowflakeMinter(node_id)
+        self.url = url
         self._queues: dict[str, Queue] = {}
 
     @classmethod
@@ -143,8 +153,15 @@ class Producer:
         *,
         node_id: int = DEFAULT_NODE_ID,
         wire_version: str = DEFAULT_WIRE_VERSION,
+        socket_timeout_s: float | None = DEFAULT_TIMEOUT_S,
     ) -> Producer:
-        return cls(connect(url, wire_version), node_id=node_id)
+        """A producer on its own client. `socket_timeout_s` bounds each wait for the server's
+        reply and for a connection to open (at most 5 s); None waits for ever."""
+        client = connect(url, wire_version, socket_timeout_s=socket_timeout_s)
+        return cls(client, node_id=node_id, url=url)
+
+    def _naming_server(self) -> AbstractContextManager[None]:
+        return nullcontext() if self.url is None else naming_server(self.url)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -191,7 +208,7 @@ class Producer:
 
     async def enqueue_many(self, queue: str, specs: Sequence[JobSpec]) -> list[Enqueued]:
         """Enqueue all of `specs` in one script call (one round trip), all or none."""
-        with tracing.send_span(queue, len(specs)) as trace:
+        with self._naming_server(), tracing.send_span(queue, len(specs)) as trace:
             return await self._enqueue_many(queue, specs, trace)
 
     async def _enqueue_many(
@@ -233,7 +250,7 @@ class Producer:
         first. Returns the ids in the shape of the tree. Raises FlowError for a tree that
         cannot be written (before anything is), FlowWriteError when a job with one of its ids
         exists, or a later part in another queue failed (the message says what was written)."""
-        with tracing.send_span(queue, 1) as trace:
+        with self._naming_server(), tracing.send_span(queue, 1) as trace:
             return await write_flow(self.queue, self.minter.job_id, queue, root, trace)
 
     async def repeat(
@@ -251,7 +268,8 @@ class Producer:
         server clock, by whichever worker's beat finds it due; each occurrence exactly once.
         Registering the same task, kwargs and schedule again changes nothing."""
         schedule = Schedule(every_ms=every_ms, cron=cron)
-        return await register(self.client, queue, name, encode_payload(task, kwargs), schedule)
+        with self._naming_server():
+            return await register(self.client, queue, name, encode_payload(task, kwargs), schedule)
 
     def _new_job(
         self, spec: JobSpec, minted: Iterator[JobId], trace: Mapping[str, str] | None = None
@@ -293,7 +311,8 @@ class Producer:
         """
         if timeout < 0:
             raise ConfigError(f"timeout must be >= 0 seconds; got {timeout}")
-        return await wait_result(self.queue(queue), _checked_id(job_id), timeout)
+        with self._naming_server():
+            return await wait_result(self.queue(queue), _checked_id(job_id), timeout)
 
 
 class SyncProducer:
@@ -338,15 +357,21 @@ def sync_producer(
     *,
     node_id: int = DEFAULT_NODE_ID,
     wire_version: str = DEFAULT_WIRE_VERSION,
+    socket_timeout_s: float | None = DEFAULT_TIMEOUT_S,
 ) -> Iterator[SyncProducer]:
-    """`with sync_producer(url) as p: p.enqueue("orders", "charge", {...})`."""
+    """`with sync_producer(url) as p: p.enqueue("orders", "charge", {...})`; each call waits at
+    most `socket_timeout_s` for the server (as `Producer.from_url`)."""
     with anyio.from_thread.start_blocking_portal() as portal:
-        producer = portal.call(lambda: _make(url, node_id, wire_version))
+        producer = portal.call(lambda: _make(url, node_id, wire_version, socket_timeout_s))
         try:
             yield SyncProducer(portal, producer)
         finally:
             portal.call(producer.aclose)
 
 
-async def _make(url: str, node_id: int, wire_version: str) -> Producer:
-    return Producer.from_url(url, node_id=node_id, wire_version=wire_version)
+async def _make(
+    url: str, node_id: int, wire_version: str, socket_timeout_s: float | None
+) -> Producer:
+    return Producer.from_url(
+        url, node_id=node_id, wire_version=wire_version, socket_timeout_s=socket_timeout_s
+    )

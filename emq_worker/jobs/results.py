@@ -25,6 +25,7 @@ from emq_worker.errors import JobFailedError, ResultTimeoutError, ResultUnavaila
 from emq_worker.jobs import codec
 from emq_worker.protocol.names import Field, JobState
 from emq_worker.protocol.queue import Queue
+from emq_worker.server.connection import socket_timeout_of
 
 RECHECK_S: Final = 1.0
 """A waiter looks at the row at least this often (a dead job pushes no token)."""
@@ -71,6 +72,9 @@ async def wait_result(queue: Queue, job_id: str, within_s: float) -> Any:
     """
     client, key = queue.client, result_key(queue, job_id)
     ready = key + ":ready"
+    socket_timeout = socket_timeout_of(client)
+    # A block the socket timeout would cut short is no block: keep each well inside it.
+    block_s = RECHECK_S if socket_timeout is None else min(RECHECK_S, socket_timeout / 2)
     deadline = time.monotonic() + within_s
     stale = False
     while True:
@@ -96,7 +100,7 @@ async def wait_result(queue: Queue, job_id: str, within_s: float) -> Any:
                 f"job {job_id} in queue {queue.name!r} has no result after {within_s} s "
                 f"(it is {state.decode('utf-8', 'replace')})"
             )
-        seconds = round(max(MIN_BLOCK_S, min(remaining, RECHECK_S)), 3)
+        seconds = round(max(MIN_BLOCK_S, min(remaining, block_s)), 3)
         if stale:  # a 'dead' token from before a dead retry: it would end every block at once
             await anyio.sleep(seconds)
             continue

@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from emq_worker.errors import ConfigError
+from emq_worker.errors import ConfigError, EmqError
 from emq_worker.observe.exposition import WorkerCollector
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.lanes import LanesView, read_lanes
@@ -34,6 +34,10 @@ PING_TIMEOUT_S = 1.0
 TEXT = "text/plain; charset=utf-8"
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 REASONS[503] = "Service Unavailable"
+
+
+class HttpBindError(EmqError):
+    """`--http HOST:PORT` cannot be served: the port is taken, or the address is not ours."""
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
@@ -73,7 +77,12 @@ class ProbeServer:
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         host, port = parse_host_port(self.address)
-        server = await asyncio.start_server(self._accept, host, port)
+        try:
+            server = await asyncio.start_server(self._accept, host, port)
+        except OSError as exc:
+            raise HttpBindError(
+                f"cannot serve --http on {self.address}: {exc.strerror or exc}"
+            ) from exc
         try:
             self.port = int(server.sockets[0].getsockname()[1])
             self.log.info("http_serving", host=host, port=self.port)

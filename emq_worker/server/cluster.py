@@ -34,6 +34,7 @@ from redis.asyncio.retry import Retry
 from redis.exceptions import (
     ClusterDownError,
     ClusterError,
+    RedisClusterException,
     RedisError,
     ResponseError,
     SlotNotCoveredError,
@@ -42,6 +43,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from emq_worker.errors import EmqError
 from emq_worker.server.cluster_url import parse_cluster_url
 from emq_worker.server.fence import ClusterFence
 
@@ -59,6 +61,27 @@ REBUILD_EVERY_S = 0.25
 
 class ClusterUnavailableError(RedisConnectionError):
     """The cluster is failing over, resharding or down: retry later, as for a lost connection."""
+
+
+class NotAClusterError(EmqError, RedisError):
+    """A `redis+cluster://` URL whose seed answered, but not as a cluster node: no retry cures
+    that, the URL is wrong."""
+
+
+def discovery_failed(exc: RedisClusterException, seeds: str) -> RedisError:
+    """What redis-py's "Redis Cluster cannot be connected" (or another failed read of the slot
+    map) means here: a seed that is no cluster node is the URL's fault (NotAClusterError);
+    seeds that did not answer, or a map with holes, are a cluster not reachable yet
+    (ClusterUnavailableError, retried like a lost connection)."""
+    cause = exc.__cause__
+    if isinstance(cause, RedisClusterException) and "not enabled" in str(cause):
+        return NotAClusterError(
+            f"the seed node {seeds} answered, but {cause}: a redis+cluster:// URL names "
+            "cluster nodes; for a single server use redis://HOST:PORT/DB"
+        )
+    if isinstance(cause, RedisConnectionError | RedisTimeoutError):
+        return ClusterUnavailableError(f"no seed node answered: {cause}")
+    return ClusterUnavailableError(f"the cluster's slot map could not be read: {exc}")
 
 
 def is_moving(error: Exception) -> bool:
@@ -135,7 +158,13 @@ class FencedCluster(RedisCluster):
             # that churn. Until the map can have changed, keep the one just read.
             self._initialize = False
             return self
-        await super().initialize(*args, **kwargs)
+        try:
+            await super().initialize(*args, **kwargs)
+        except SlotNotCoveredError:
+            raise
+        except RedisClusterException as exc:
+            seeds = ", ".join(self.nodes_manager.startup_nodes)
+            raise discovery_failed(exc, seeds) from exc
         if fresh:
             self._rebuild_after = time.monotonic() + REBUILD_EVERY_S
             await self.fence.discovered(self)
@@ -171,7 +200,10 @@ class FencedCluster(RedisCluster):
         try:
             return await super().execute_command(*args, **kwargs)
         except (RedisError, SlotNotCoveredError) as exc:
-            raise scoped(exc) from exc
+            failure = scoped(exc)
+            if failure is exc:
+                raise  # already ours: `raise exc from exc` would make it its own cause
+            raise failure from exc
         finally:
             _IN_COMMAND.reset(entered)
 
@@ -201,7 +233,9 @@ class _ScopedPipeline(ClusterPipeline):
             return await super().execute(raise_on_error, allow_redirections)
         except (RedisError, SlotNotCoveredError) as exc:
             failure = scoped(exc)
-            if failure is not exc and isinstance(client, FencedCluster):
+            if failure is exc:
+                raise  # already ours: `raise exc from exc` would make it its own cause
+            if isinstance(client, FencedCluster):
                 client.rediscover()  # what redis-py's retry would have done first
             raise failure from exc
         finally:

@@ -27,14 +27,20 @@ from emq_worker.server.resend import ResendOnce
 from emq_worker.server.urls import split_url
 
 SCHEMES = ("redis", "rediss", "unix")
-CONNECT_TIMEOUT_S = 5.0
-"""How long one dial may take, by default."""
 POOL_WAIT_S = 20.0
 """How long a command waits for a free pooled connection before it fails."""
 
 
 DEFAULT_URL = "redis://localhost:6379/0"
 """Where a worker, producer or operator command connects when given no URL."""
+
+DEFAULT_TIMEOUT_S = 5.0
+"""How long a call may wait for the server's reply, and a connection for the server to accept
+it, unless the caller says otherwise: a frozen server, or another service on the port, ends a
+producer's or a command's call with an error instead of holding it forever."""
+CONNECT_TIMEOUT_S = DEFAULT_TIMEOUT_S
+"""The longest a connection may take to open, whatever the socket timeout: a worker whose
+socket timeout outlasts its park re-dials no slower than a producer."""
 
 
 def redacted(url: str) -> str:
@@ -114,31 +120,35 @@ def connect(
     url: str,
     wire_version: str,
     *,
-    socket_timeout_s: float | None = None,
-    connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    socket_timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    connect_timeout_s: float | None = None,
     max_connections: int = 32,
     **options: Any,
 ) -> Redis:
     """A client whose every (re)connection is fenced on `{emq}:version`.
 
-    Bytes in, bytes out (payloads are opaque). `socket_timeout_s` must exceed the longest
-    blocking command the caller sends (the supervisor's park). The pool blocks when all
-    `max_connections` are busy instead of failing, so a burst of concurrent settles waits its
-    turn rather than erroring. A connection the server dropped while idle is replaced before
-    use; a command whose connection is lost in flight is re-sent once only inside
-    `server.resend.resend_once()` (the idempotent verbs).
+    Bytes in, bytes out (payloads are opaque). `socket_timeout_s` bounds the wait for each
+    reply (None: no bound) and must exceed the longest blocking command the caller sends (the
+    supervisor's park); a connection must open within it too, and within CONNECT_TIMEOUT_S.
+    The pool blocks when all `max_connections` are busy instead of failing, so a burst of
+    concurrent settles waits its turn rather than erroring. A connection the server dropped
+    while idle is replaced before use; a command whose connection is lost in flight is re-sent
+    once only inside `server.resend.resend_once()` (the idempotent verbs).
 
     A `redis+cluster://` URL gets a cluster client instead (server.cluster), fenced once per
     discovery of the cluster rather than per connection. `connect_timeout_s` bounds each dial
-    (a URL's own `socket_connect_timeout` wins on a cluster).
+    (None: the socket timeout, at most CONNECT_TIMEOUT_S; a URL's own `socket_connect_timeout`
+    wins on a cluster).
     """
     validate_url(url)
+    check_socket_timeout(socket_timeout_s)
+    dial_s = connect_timeout(socket_timeout_s) if connect_timeout_s is None else connect_timeout_s
     if is_cluster_url(url):
         return connect_cluster(
             url,
             wire_version,
             socket_timeout_s=socket_timeout_s,
-            connect_timeout_s=connect_timeout_s,
+            connect_timeout_s=dial_s,
             max_connections=max_connections,
             wrap_connection=_packed_by_hiredis,
         )
@@ -155,7 +165,7 @@ def connect(
         "timeout": POOL_WAIT_S,
         "decode_responses": False,
         "socket_timeout": socket_timeout_s,
-        "socket_connect_timeout": connect_timeout_s,
+        "socket_connect_timeout": dial_s,
         "redis_connect_func": fenced_on_connect,
         "retry": ResendOnce(),
         **_without_maintenance_notices(),
@@ -163,6 +173,32 @@ def connect(
     pool = BlockingConnectionPool.from_url(url, **(settings | options))
     pool.connection_class = _packed_by_hiredis(pool.connection_class)
     return Redis.from_pool(pool)
+
+
+def check_socket_timeout(seconds: float | None) -> None:
+    """Refuse a socket timeout that is not a positive number of seconds (None: no bound)."""
+    if seconds is None:
+        return
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise ConfigError(
+            f"socket_timeout_s must be a number of seconds > 0 (or None: wait for ever); "
+            f"got {seconds!r}"
+        )
+
+
+def connect_timeout(socket_timeout_s: float | None) -> float:
+    """How long a connection may take to open: the socket timeout, at most CONNECT_TIMEOUT_S."""
+    if socket_timeout_s is None:
+        return CONNECT_TIMEOUT_S
+    return min(socket_timeout_s, CONNECT_TIMEOUT_S)
+
+
+def socket_timeout_of(client: Redis) -> float | None:
+    """The socket timeout `client` was built with (None: it waits for ever), read where redis-py
+    keeps it, so code handed a client can keep its own blocking calls inside it."""
+    kwargs: dict[str, Any] = client.get_connection_kwargs()  # type: ignore[no-untyped-call]
+    value = kwargs.get("socket_timeout")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _without_maintenance_notices() -> dict[str, Any]:

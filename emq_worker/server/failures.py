@@ -63,11 +63,13 @@ def exit_code_for(exc: BaseException) -> int | None:
     """The documented exit code for a fatal refusal, else None (the caller's generic code).
     The cause is looked at too: a NOPERM on SCRIPT LOAD arrives wrapped in a ScriptError."""
     cause: BaseException | None = exc
-    while cause is not None:
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:  # a chain may loop back on itself
         if isinstance(cause, AuthenticationError):
             return EXIT_AUTH
         if isinstance(cause, NoPermissionError | AuthorizationError):
             return EXIT_NOPERM
+        seen.add(id(cause))
         cause = cause.__cause__
     return None
 
@@ -129,10 +131,13 @@ def _decoded(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def preflight(url: str, wire_version: str, log: FilteringBoundLogger) -> None:
+async def preflight(
+    url: str, wire_version: str, log: FilteringBoundLogger, socket_timeout_s: float
+) -> None:
     """Before the worker starts: one fenced connection (so a wrong password or version stops it
-    here, with its own exit code) and the eviction-policy warning."""
-    client = connect(url, wire_version)
+    here, with its own exit code) and the eviction-policy warning, each reply waited for at most
+    `socket_timeout_s`."""
+    client = connect(url, wire_version, socket_timeout_s=socket_timeout_s)
     try:
         await warn_about_eviction(client, log)
     finally:

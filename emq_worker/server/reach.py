@@ -16,18 +16,20 @@ from __future__ import annotations
 import contextlib
 import ssl
 import time
+from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlsplit
 
 import anyio
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import InvalidResponse, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from structlog.typing import FilteringBoundLogger
 
-from emq_worker.errors import EmqError
-from emq_worker.server.connection import redacted
+from emq_worker.errors import ServerTimeoutError, ServerUnreachableError
+from emq_worker.server.cluster_url import is_cluster_url, parse_cluster_url
+from emq_worker.server.connection import DEFAULT_TIMEOUT_S, redacted
 from emq_worker.server.failures import describe, fatal, preflight
 
 STARTUP_BACKOFF = ExponentialWithJitterBackoff(base=0.1, cap=2.0)
@@ -36,8 +38,45 @@ PROBE_S = 2.0
 DEFAULT_PORT = 6379
 
 
-class ServerUnreachableError(EmqError):
-    """The server could not be reached at start-up; the message says what was seen."""
+UNANSWERED: tuple[type[RedisError], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    InvalidResponse,
+)
+"""What a call meets when the server cannot be reached or does not speak RESP."""
+
+
+def unanswered(url: str, exc: RedisError, reason: str | None = None) -> ServerUnreachableError:
+    """One line naming the server and what was seen (`reason`: a probe's finding, if any)."""
+    kind = ServerTimeoutError if isinstance(exc, RedisTimeoutError) else ServerUnreachableError
+    return kind(f"Redis at {redacted(url)}: {describe(exc)} ({reason or cause_of(exc, url)})")
+
+
+@contextlib.contextmanager
+def naming_server(url: str) -> Iterator[None]:
+    """Within it, a call the server did not answer is raised as ServerUnreachableError (or
+    ServerTimeoutError) naming `url`; refused credentials and permissions pass unchanged."""
+    try:
+        yield
+    except UNANSWERED as exc:
+        if fatal(exc) or isinstance(exc, ServerUnreachableError):
+            raise
+        raise unanswered(url, exc) from exc
+
+
+@contextlib.asynccontextmanager
+async def explaining(url: str) -> AsyncIterator[None]:
+    """naming_server for a command-line client: the port is probed for a TLS mix-up first
+    (`explain`), as the worker's start-up does."""
+    try:
+        yield
+    except UNANSWERED as exc:
+        if fatal(exc):
+            raise
+        seen = exc.__cause__ if isinstance(exc, ServerUnreachableError) else exc
+        if not isinstance(seen, RedisError):
+            raise
+        raise unanswered(url, seen, await port_mismatch(url, seen)) from seen
 
 
 class _Attempts:
@@ -72,13 +111,22 @@ class _Attempts:
         )
 
 
-async def reach(url: str, wire_version: str, log: FilteringBoundLogger, wait_s: float) -> None:
+async def reach(
+    url: str,
+    wire_version: str,
+    log: FilteringBoundLogger,
+    wait_s: float,
+    socket_timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> None:
     """`failures.preflight` (one fenced connection, the eviction-policy check), retried while
-    the connection is dropped, refused or timed out, for at most about `wait_s` seconds."""
+    the connection is dropped, refused or timed out, for at most about `wait_s` seconds; each
+    attempt waits at most `socket_timeout_s` for a reply."""
     attempts = _Attempts(url, wait_s, log)
     retry = Retry(STARTUP_BACKOFF, -1, (RedisConnectionError, RedisTimeoutError))
     try:
-        await retry.call_with_retry(lambda: preflight(url, wire_version, log), attempts.failed)
+        await retry.call_with_retry(
+            lambda: preflight(url, wire_version, log, socket_timeout_s), attempts.failed
+        )
     except (RedisConnectionError, RedisTimeoutError) as exc:
         if fatal(exc):
             raise
@@ -109,8 +157,18 @@ def cause_of(exc: BaseException, url: str) -> str:
     text = str(exc)
     if _tls_error(exc):
         return f"the TLS handshake with {where} failed: check ssl_ca_certs and the host name"
+    if isinstance(exc, InvalidResponse):
+        return (
+            f"{where} does not speak the Redis protocol (it answered {_first_byte(text)}: "
+            "an HTTP server or another service on that port?)"
+        )
     if isinstance(exc, RedisTimeoutError):
-        return f"{where} did not answer in time"
+        if "connecting" in text:
+            return f"{where} did not accept a connection in time (a firewall dropping packets?)"
+        return (
+            f"{where} accepted the connection but did not answer in time: a frozen or "
+            "overloaded server, or another service on that port"
+        )
     if _refused(text):
         return f"nothing accepts connections at {where}: is Redis running there?"
     if "closed" in text or "reset" in text or "Broken pipe" in text:
@@ -131,7 +189,10 @@ async def port_mismatch(url: str, exc: BaseException) -> str | None:
     if parts.scheme not in ("redis", "rediss") or not parts.hostname:
         return None
     host, port = parts.hostname, parts.port or DEFAULT_PORT
-    if parts.scheme == "redis" and await _speaks_tls(host, port):
+    # A TLS port fails a plaintext client's first bytes at once (they are no TLS record): a
+    # plaintext call that timed out met a silent server, not TLS, and needs no probe.
+    silent = isinstance(exc, RedisTimeoutError)
+    if parts.scheme == "redis" and not silent and await _speaks_tls(host, port):
         return "the port answered a TLS handshake: it is a TLS port, use rediss://"
     if parts.scheme == "rediss" and await _speaks_plaintext(host, port):
         return (
@@ -197,7 +258,16 @@ def _tls_error(exc: BaseException) -> bool:
     return "SSL" in str(exc) or isinstance(exc.__cause__ or exc.__context__, ssl.SSLError)
 
 
+def _first_byte(text: str) -> str:
+    """`"H"` from redis-py's `Protocol error, got "H" as reply type byte`."""
+    _, quote, rest = text.partition('got "')
+    return f'"{rest.partition(chr(34))[0]}"' if quote else "something else"
+
+
 def _address(url: str) -> str:
+    if is_cluster_url(url):
+        seeds = ", ".join(f"{host}:{port}" for host, port in parse_cluster_url(url).seeds)
+        return f"the cluster's seed node(s) {seeds}"
     parts = urlsplit(url)
     if parts.scheme == "unix":
         return f"the socket {parts.path}"

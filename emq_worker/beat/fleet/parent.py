@@ -30,6 +30,7 @@ from emq_worker.beat.fleet.child import FATAL_EXITS, Child, ChildState, exit_tex
 from emq_worker.beat.fleet.http import FleetEndpoint
 from emq_worker.beat.fleet.plan import DEFAULT_WATCHDOG_S, FleetPlan, child_environ
 from emq_worker.observe.clock import Clock, MonotonicClock
+from emq_worker.observe.http import HttpBindError
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
 
@@ -251,7 +252,8 @@ def run(plan: FleetPlan, environ: Mapping[str, str], notifier: Notifier, pid: in
     try:
         return anyio.run(main)
     except BaseExceptionGroup as group:
-        error = group.subgroup(OSError)  # e.g. the --http port is taken: no child was started
+        # e.g. the --http port is taken (HttpBindError): no child was started
+        error = group.subgroup((OSError, HttpBindError))
         if error is None or error.exceptions != group.exceptions or len(error.exceptions) != 1:
             raise
         get_logger().error("fleet_failed", error=str(error.exceptions[0]))
