@@ -13,13 +13,17 @@ DISTRIBUTION = "emq-worker"
 
 
 def installed_from() -> str | None:
-    """The local directory this package was installed from, if pip recorded one."""
-    try:
-        text = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return None
-    if not text:
-        return None
+    """The local directory this package was installed from, if pip recorded one. A checkout's
+    own `emq_worker.egg-info` (which an editable build leaves beside the package, and which
+    records nothing) is passed over for the installed distribution that has the record."""
+    for distribution in metadata.distributions(name=DISTRIBUTION):
+        text = distribution.read_text("direct_url.json")
+        if text:
+            return _local_directory(text)
+    return None
+
+
+def _local_directory(text: str) -> str | None:
     try:
         record = json.loads(text)
     except json.JSONDecodeError:

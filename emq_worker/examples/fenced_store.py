@@ -1,7 +1,8 @@
 """A handler whose effect lands in PostgreSQL, fenced by the job's token, so a holder that froze
 past its lease cannot overwrite the effect of the holder that took the job over:
 `emq-worker run --queue payments --app emq_worker.examples.fenced_store:app`, with libpq's own
-variables (`PGHOST`, `PGDATABASE`, ...) naming the database; `pip install 'emq-worker[postgres]'`.
+variables (`PGHOST`, `PGDATABASE`, ...) naming the database; psycopg comes with the `postgres`
+extra (`python -m pip install '.[postgres]'` in a checkout).
 
 The fence is one row per job in `job_fence`, holding the highest token that wrote. The effect and
 the fence move in one transaction: the upsert raises the fence only when the writer's token is at
