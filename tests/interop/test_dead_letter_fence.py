@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 
 from emq_worker.admin import dead as dead_letter
 from emq_worker.protocol.names import JobId
+from emq_worker.testing import outcome
 from tests.interop.echomq import Claimed, EchoMQ
 from tests.interop.echomq.lanes import EchoLanes
 from tests.support.conformance import Harness, lapse
@@ -120,3 +121,21 @@ async def test_the_fence_spends_no_attempt_of_a_retried_dead_job(
     assert again.token == 3
     assert (await conf.fail(again, max_attempts=2)).detail == "scheduled"
     assert await emq.reprocess(job_id) == "state"  # not dead: its retry is ours to run
+
+
+async def test_readers_show_the_attempts_that_ran_not_the_raised_token(
+    conf: Harness, emq: EchoMQ
+) -> None:
+    job = await reaped_dead_under_echomq(conf, emq)
+    job_id = JobId(job.id)
+    assert await conf.field(job_id, "fenced") == b"2"
+    assert [(d.id, d.attempts) for d in await dead_letter.list_dead(conf.queue, 10)] == [
+        (job_id, 1)
+    ]
+    assert (await outcome(conf.queue, job_id)).attempts == 1
+    # EchoMQ's reprocess keeps attempts and `fenced`; its next claim moves attempts past it.
+    assert await emq.reprocess(job_id) == "ok"
+    again = await emq.claim(ECHOMQ_LEASE_MS)
+    assert again is not None
+    assert again.token == 3
+    assert (await outcome(conf.queue, job_id)).attempts == 3

@@ -1,9 +1,9 @@
 """EchoMQ's fair lanes (`EchoMQ.Lanes` and the grouped branches of `EchoMQ.Jobs`), played at the
 wire level: its grouped scripts restated as the `g*.lua` files beside this module (the shared
 grouped branch in `lane_transition.lua`; complete and retry are its one complete.lua and
-retry.lua, which dispatch on the row's group as EchoMQ's do), driven with the keys and arguments its callers send.
-Its defects are kept: the claim answers empty at a stale ring entry, the reaper has no cap and
-drops a job's priority (score 0), and the claim checks no row.
+retry.lua, which dispatch on the row's group as EchoMQ's do), driven with the keys and arguments
+its callers send. Its defects are kept: the claim answers empty at a stale ring entry, the reaper
+has no cap and drops a job's priority (score 0), and the claim checks no row.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, cast
 from redis.exceptions import ResponseError
 
 from tests.interop.echomq import EchoMQ, refusal
+
 
 @dataclass(frozen=True, slots=True)
 class GroupedJob:
