@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 
 from emq_worker.admin import dead as dead_letter
 from emq_worker.protocol.names import JobId
+from emq_worker.protocol.replies import text
 from emq_worker.testing import outcome
 from tests.interop.echomq import Claimed, EchoMQ
 from tests.interop.echomq.lanes import EchoLanes
@@ -139,3 +140,24 @@ async def test_readers_show_the_attempts_that_ran_not_the_raised_token(
     assert again is not None
     assert again.token == 3
     assert (await outcome(conf.queue, job_id)).attempts == 3
+
+
+async def test_echomq_complete_of_a_grouped_job_we_returned_takes_it_out_of_its_lane(
+    conf: Harness, emq: EchoMQ
+) -> None:
+    """The restatement check behind the tests above: EchoMQ's Jobs.complete runs one script
+    that reads the row's group, so a late complete of a grouped job our reaper returned to its
+    lane leaves no member there (a flat-only restatement would look in `pending`)."""
+    lanes = EchoLanes(emq)
+    job_id = conf.mint()
+    assert await lanes.enqueue("g", job_id, b"opaque")
+    job = await lanes.claim(ECHOMQ_LEASE_MS)
+    assert job is not None
+    await lapse(2 * ECHOMQ_LEASE_MS)
+    assert (await conf.queue.reap(10, 5)).jobs == ((job_id, "pending"),)
+    assert await lanes.depth("g") == 1
+    assert await emq.complete(job.id, job.token) == "ok"  # late but uncontested
+    assert await lanes.depth("g") == 0
+    assert await conf.row(job_id) == {}
+    ring = await conf.client.lrange(conf.keys.prefix + "ring", 0, -1)
+    assert "g" not in [text(member) for member in ring]
