@@ -369,10 +369,11 @@ async def test_reprocess_job_returns_a_dead_job_with_a_fresh_budget(conf: Harnes
     assert await conf.queue.state_of(job_id) == "pending"
     assert await conf.field(job_id, "state") == b"pending"
     assert await conf.field(job_id, "last_error") is None
-    assert await conf.field(job_id, "attempts") == b"1"
+    # The move to dead raised attempts past the last holder's token (1), spending no attempt.
+    assert await conf.field(job_id, "attempts") == b"2"
     again = await conf.claim_one()
-    assert again.token == 2
-    # D11: EchoMQ keeps attempts, so 2 >= max 2 would dead-letter at once; ours counts afresh.
+    assert again.token == 3
+    # D11: EchoMQ keeps attempts, so 3 >= max 2 would dead-letter at once; ours counts afresh.
     assert await conf.fail(again, delay_ms=60_000, max_attempts=2) == scheduled_as("scheduled")
 
 
@@ -571,17 +572,21 @@ async def _dead_lettered(conf: Harness) -> ClaimedJob:
 
 
 @pytest.mark.parametrize(
-    ("setup", "state"),
-    [(_reaped, "pending"), (_retried, "scheduled"), (_dead_lettered, "dead")],
+    ("setup", "state", "current"),
+    [
+        (_reaped, "pending", "pending"),
+        (_retried, "scheduled", "scheduled"),
+        (_dead_lettered, "dead", "2"),  # a move to dead raises attempts past the holder's token
+    ],
     ids=["reaped", "retried", "dead"],
 )
 async def test_renew_never_reinserts_a_job_that_left_active(
-    conf: Harness, setup: Callable[[Harness], Awaitable[ClaimedJob]], state: str
+    conf: Harness, setup: Callable[[Harness], Awaitable[ClaimedJob]], state: str, current: str
 ) -> None:
     await conf.enqueue()
     job = await setup(conf)
     # D1: EchoMQ's extend re-inserts the job into active; ours reports the lease lost.
-    assert await conf.queue.renew([held(job)], LEASE_MS) == [LostLease(job.id, state)]
+    assert await conf.queue.renew([held(job)], LEASE_MS) == [LostLease(job.id, current)]
     assert await conf.score(conf.keys.active, job.id) is None
     assert await conf.queue.state_of(job.id) == state
     assert await conf.field(job.id, "state") == state.encode()
@@ -620,9 +625,15 @@ async def test_a_late_holder_is_fenced_once_the_job_is_reclaimed(conf: Harness) 
     assert await conf.complete(current) == OK
 
 
-@pytest.mark.parametrize(("max_attempts", "state"), [(3, "scheduled"), (1, "dead")])
+@pytest.mark.parametrize(
+    ("max_attempts", "state", "refusal"),
+    [
+        (3, "scheduled", SettleResult(SettleStatus.STATE, "scheduled")),
+        (1, "dead", SettleResult(SettleStatus.STALE, "2")),  # dead raised attempts: fenced out
+    ],
+)
 async def test_complete_is_refused_once_the_job_is_scheduled_or_dead(
-    conf: Harness, max_attempts: int, state: str
+    conf: Harness, max_attempts: int, state: str, refusal: SettleResult
 ) -> None:
     receipt_ms = 30
     job_id = await conf.enqueue()
@@ -633,7 +644,7 @@ async def test_complete_is_refused_once_the_job_is_scheduled_or_dead(
     assert failed == scheduled_as(state)
     await lapse(2 * receipt_ms)
     # D8: EchoMQ deletes the row and strands the id in its set; ours refuses and changes nothing.
-    assert await conf.complete(job) == SettleResult(SettleStatus.STATE, state)
+    assert await conf.complete(job) == refusal
     assert await conf.queue.state_of(job_id) == state
     assert await conf.field(job_id, "payload") == b"x"
     assert await conf.metric("completed") == (0, 0)

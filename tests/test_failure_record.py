@@ -145,19 +145,21 @@ async def test_a_dead_retry_keeps_the_errors_from_before_it(
         async def died_again() -> bool:
             row = await client.hget(QueueKeys.of(queue_name).job(job), "attempts")
             return (
-                row == b"2" and await client.zscore(QueueKeys.of(queue_name).dead, job) is not None
+                row == b"4" and await client.zscore(QueueKeys.of(queue_name).dead, job) is not None
             )
 
         await eventually(died_again, what="the retried job dead again")
         row = await dead_row(client, queue_name, job)
+    # Each entry names its attempt's token: a move to dead raises attempts by one (the fence of
+    # its last holder), so the run after the dead retry is token 3 (attempts 4 once dead again).
     history = json.loads(row["error_history"])
     assert [(h["attempt"], h["error"]) for h in history] == [
         (1, "RuntimeError: boom 1"),
-        (2, "RuntimeError: boom 1"),
+        (3, "RuntimeError: boom 1"),
     ]
     shown = await inspect_output(job, queue_name, redis_url)
     assert "attempt 1 at" in shown, shown
-    assert "attempt 2 at" in shown
+    assert "attempt 3 at" in shown
 
 
 def test_a_console_log_prints_the_traceback_as_a_block(capsys: pytest.CaptureFixture[str]) -> None:

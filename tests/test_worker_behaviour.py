@@ -17,6 +17,7 @@ from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
 from emq_worker.admin import dead, verbs
 from emq_worker.beat.presence import live_workers
 from emq_worker.protocol.keys import QueueKeys
+from emq_worker.protocol.names import attempts_run
 from emq_worker.protocol.replies import SettleStatus
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import HeldLease
@@ -214,7 +215,7 @@ async def test_a_poison_job_is_dead_lettered_at_once_and_the_worker_goes_on(
     queue = producer.queue(queue_name)
     row = await queue.get_job(bad.job_id)
     assert row is not None
-    assert (row["state"], row["attempts"]) == ("dead", "1")
+    assert (row["state"], attempts_run(row["attempts"], row.get("fenced"))) == ("dead", 1)
     assert expected in row["last_error"]
     assert await queue.state_of(bad.job_id) == "dead"
     assert await queue.state_of(good.job_id) == "absent"
@@ -251,7 +252,7 @@ async def test_a_task_timeout_cancels_the_handler_and_fails_the_job(
     assert worker.counters.retried == 1
     row = await producer.queue(queue_name).get_job(job)
     assert row is not None
-    assert (row["state"], row["attempts"]) == ("dead", "2")
+    assert (row["state"], attempts_run(row["attempts"], row.get("fenced"))) == ("dead", 2)
     assert row["last_error"] == "timed out after 100 ms"
 
 
@@ -352,7 +353,8 @@ async def test_a_dead_job_retried_by_an_operator_backs_off_as_on_its_first_attem
     assert score is not None
     row = await queue.get_job(job)
     assert row is not None
-    assert (row["attempts"], row["last_error"]) == ("3", "RuntimeError: boom 3")
+    # Token 3 was the fence of its move to dead (no attempt ran on it): the retry ran token 4.
+    assert (row["attempts"], row["last_error"]) == ("4", "RuntimeError: boom 4")
     assert before + 250 <= score <= after + 250
 
 
@@ -373,7 +375,7 @@ async def test_the_reaper_dead_letters_a_job_whose_lease_keeps_lapsing(
         assert await queue.state_of(job) == ("dead" if last else "pending")
     row = await queue.get_job(job)
     assert row is not None
-    assert (row["state"], row["attempts"]) == ("dead", "3")
+    assert (row["state"], attempts_run(row["attempts"], row.get("fenced"))) == ("dead", 3)
     assert "lease expired" in row["last_error"]
     counts = await queue.counts()
     assert (counts.dead, counts.failed, counts.pending, counts.active) == (1, 1, 0, 0)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from emq_worker.errors import LockedError, StateError
-from emq_worker.protocol.names import Field, JobId, JobState
+from emq_worker.protocol.names import Field, JobId, JobState, attempts_run
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
 
@@ -29,11 +29,11 @@ async def list_dead(queue: Queue, limit: int) -> list[DeadJob]:
     ids = [JobId(text(m)) for m in await queue.client.zrange(queue.keys.dead, 0, limit - 1)]
     async with queue.client.pipeline(transaction=False) as pipe:
         for job_id in ids:
-            pipe.hmget(queue.keys.job(job_id), Field.ATTEMPTS, Field.LAST_ERROR)
+            pipe.hmget(queue.keys.job(job_id), Field.ATTEMPTS, Field.FENCED, Field.LAST_ERROR)
         rows = await pipe.execute()
     return [
-        DeadJob(job_id, int(attempts or 0), "" if error is None else text(error))
-        for job_id, (attempts, error) in zip(ids, rows, strict=True)
+        DeadJob(job_id, attempts_run(attempts, fenced), "" if error is None else text(error))
+        for job_id, (attempts, fenced, error) in zip(ids, rows, strict=True)
     ]
 
 

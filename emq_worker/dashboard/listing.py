@@ -19,7 +19,7 @@ from emq_worker.dashboard.queues import Page
 from emq_worker.errors import ConfigError, PayloadError
 from emq_worker.jobs import codec
 from emq_worker.protocol.keys import QueueKeys
-from emq_worker.protocol.names import Field
+from emq_worker.protocol.names import Field, attempts_run
 from emq_worker.protocol.replies import text
 from emq_worker.protocol.servertime import queue_time, to_ms
 
@@ -121,7 +121,14 @@ async def peek(
     payloads (for the task and arguments)."""
     async with client.pipeline(transaction=False) as pipe:
         for job_id, _ in scored:
-            pipe.hmget(keys.job(job_id), Field.STATE, Field.ATTEMPTS, Field.LAST_ERROR, PRIORITY)
+            pipe.hmget(
+                keys.job(job_id),
+                Field.STATE,
+                Field.ATTEMPTS,
+                Field.LAST_ERROR,
+                PRIORITY,
+                Field.FENCED,
+            )
             pipe.hstrlen(keys.job(job_id), Field.PAYLOAD)
         replies = await pipe.execute()
     small = [
@@ -132,7 +139,7 @@ async def peek(
             pipe.hget(keys.job(job_id), Field.PAYLOAD)
         payloads = dict(zip(small, await pipe.execute(), strict=True))
     rows = []
-    for (job_id, score), (row_state, attempts, error, priority), size in zip(
+    for (job_id, score), (row_state, attempts, error, priority, fenced), size in zip(
         scored, replies[::2], replies[1::2], strict=True
     ):
         task, args = preview(payloads.get(job_id))
@@ -140,7 +147,7 @@ async def peek(
             JobRow(
                 id=job_id,
                 state=text(row_state) if row_state is not None else "(no row)",
-                attempts=int(attempts or 0),
+                attempts=attempts_run(attempts, fenced),
                 task=task,
                 args=args,
                 size=int(size),

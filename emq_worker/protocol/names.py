@@ -36,8 +36,22 @@ class Field(StrEnum):
     """The last failed attempt's formatted traceback (its last 8 KB); EchoMQ ignores it."""
     ERROR_HISTORY = "error_history"
     """JSON array of the last 5 failed attempts' {attempt, at_ms, error}; kept by dead retry."""
+    FENCED = "fenced"
+    """The `attempts` a move to dead of ours raised the token to, fencing its last holder out
+    (docs/protocol.md, section 6); while `attempts` still equals it, one attempt less ran."""
     PARENT = "parent"
     """A flow child's parent id (the parent waits in `parent_queue`, else in this queue)."""
     PARENT_QUEUE = "parent_queue"
     PARENT_POLICY = "parent_policy"
     """`fp`: the child's death fails its parent; `id`: its death counts as done."""
+
+
+def attempts_run(attempts: bytes | str | None, fenced: bytes | str | None) -> int:
+    """The attempts a job ran, from its row's `attempts` and `fenced`: one less than `attempts`
+    while the raise of a dead-lettering (its `fenced`) is the last change to it."""
+    count = int(attempts or 0)
+    if fenced is not None and str(count) == (
+        fenced.decode() if isinstance(fenced, bytes) else fenced
+    ):
+        return count - 1
+    return count

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from emq_worker.protocol.ids import job_id as checked_job_id
-from emq_worker.protocol.names import Field
+from emq_worker.protocol.names import Field, attempts_run
 from emq_worker.protocol.queue import Queue
 
 
@@ -20,8 +20,9 @@ class JobOutcome:
     job_id: str
     state: str
     attempts: int | None
-    """Claims so far (the fencing token); for a completed job, the attempt that completed it
-    (None when only the tombstone is left)."""
+    """Claims so far (the fencing token; for a job we dead-lettered, the attempts it ran, one
+    less than the token its move to dead raised); for a completed job, the attempt that
+    completed it (None when only the tombstone is left)."""
     last_error: str | None
 
 
@@ -29,13 +30,13 @@ async def outcome(queue: Queue, job_id: str) -> JobOutcome:
     """Where the job `job_id` of `queue` is, with its attempts and last error."""
     keys, client = queue.keys, queue.client
     async with client.pipeline(transaction=True) as pipe:
-        pipe.hmget(keys.job(job_id), Field.STATE, Field.ATTEMPTS, Field.LAST_ERROR)
+        pipe.hmget(keys.job(job_id), Field.STATE, Field.ATTEMPTS, Field.LAST_ERROR, Field.FENCED)
         pipe.hget(*keys.receipt(job_id))
         pipe.get(f"{keys.prefix}idem:{checked_job_id(job_id)}")
-        (state, attempts, last_error), receipt, tombstone = await pipe.execute()
+        (state, attempts, last_error, fenced), receipt, tombstone = await pipe.execute()
     if state is not None:
         error = last_error.decode("utf-8", "replace") if last_error is not None else None
-        return JobOutcome(job_id, state.decode(), int(attempts or 0), error)
+        return JobOutcome(job_id, state.decode(), attempts_run(attempts, fenced), error)
     if receipt is not None:
         # `<token>:<nonce>:<outcome>`: the settle that deleted the row.
         token, _, rest = receipt.decode().partition(":")

@@ -59,10 +59,15 @@ class Job:
     reaps: int = 0
     base: int = 0
     """Attempts that do not count against the retry budget (`attempts_base`): a job handed to an
-    offer and withdrawn before it started."""
+    offer and withdrawn before it started, and the fence of a move to dead."""
     suspect: bool = False
     """Reaped back to pending a second time, or before its last attempt: at most one per claim
     until it is settled or dead."""
+
+    def fence_out(self) -> None:
+        """A move to dead gives the job a token nobody holds, spending no attempt."""
+        self.attempts += 1
+        self.base += 1
 
 
 class Protocol(RuleBasedStateMachine):
@@ -262,6 +267,7 @@ class Protocol(RuleBasedStateMachine):
                     job.suspect = job.reaps >= 2 or spent + 1 >= REAP_CAP
                 else:
                     job.suspect = False
+                    job.fence_out()
                 expected[job_id] = job.state
         assert dict(result.jobs) == expected
 
@@ -300,6 +306,8 @@ class Protocol(RuleBasedStateMachine):
             expected = ("ok", outcome)
             job.state, job.holder, job.expired, job.suspect = outcome, None, False, False
             job.receipt = (lease.token, lease.nonce, outcome)
+            if outcome == "dead":
+                job.fence_out()
             self.completions += outcome == "completed"
         status, detail = expected
         assert str(result.status) == status, (lease, job, result)

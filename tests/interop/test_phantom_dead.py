@@ -1,6 +1,7 @@
-"""Seam 1: emq-worker's reaper dead-letters a slow EchoMQ holder's job at the crash-loop cap;
-EchoMQ's late `complete` checks the token, not the state, so it is accepted: it deletes the row
-but leaves the id in `dead`. Our verbs must clean such a member (a member whose row is gone)."""
+"""A `dead` member whose row is gone: our dead-lettering fences the last holder out (see
+test_dead_letter_fence.py), but EchoMQ's own stalled sweep dead-letters without a fence, and its
+late `complete` checks the token, not the state, so it is accepted: it deletes the row but leaves
+the id in `dead`. Our verbs must clean such a member (a member whose row is gone)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,14 @@ ECHOMQ_LEASE_MS = 150
 
 
 async def dead_after_a_late_echomq_complete(conf: Harness, emq: EchoMQ) -> JobId:
-    """EchoMQ claims with a 150 ms lease; we reap with max attempts 1; EchoMQ completes."""
+    """EchoMQ claims with a 150 ms lease; its stalled sweep dead-letters it; EchoMQ completes."""
     job_id = conf.mint()
     assert await emq.enqueue(job_id, b"opaque")
     job = await emq.claim(ECHOMQ_LEASE_MS)
     assert job is not None
     assert job.id == job_id
     await lapse(2 * ECHOMQ_LEASE_MS)
-    reaped = await conf.queue.reap(10, 1)
-    assert reaped.jobs == ((job_id, "dead"),)
+    assert await emq.stalled() == ([], [job_id])
     assert await emq.complete(job.id, job.token) == "ok"  # the token still matches
     # The seam: the row is gone, the member stays, and both counters counted the job.
     assert await conf.row(job_id) == {}

@@ -17,6 +17,8 @@
 -- ARGV[2] = batch: the most leases to reap in this call (ZRANGEBYSCORE ... LIMIT 0 batch)
 -- ARGV[3] = max_attempts: a lease that expires at attempts - attempts_base >= max_attempts goes
 --           to dead with last_error "lease expired ..." instead of cycling forever (EchoMQ's D2)
+--           and its attempts and attempts_base + 1, so its lapsed holder's late complete, retry,
+--           delay or renew is refused as stale (docs/protocol.md, "Dead-lettering fences")
 --
 -- A member whose row is not active (EchoMQ's renew put it back: D1) is only ZREMed: not counted,
 -- not moved, not listed. A job returned goes to pending at its priority (the row's `priority`;

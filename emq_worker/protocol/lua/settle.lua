@@ -32,9 +32,11 @@
 --           trace. It is retried after delay_ms into schedule (0: straight back to pending, with
 --           a wake), or moved to dead once attempts - attempts_base >= max_attempts (0
 --           dead-letters at once: an unknown task or an undecodable payload); last_error is set
---           and metrics:failed counts a dead job. attempts is never changed here: it is the
---           fencing token, and only a claim moves it. The failure record (row fields EchoMQ
---           ignores): last_traceback = trace (bounded by the worker; '' deletes an older one),
+--           and metrics:failed counts a dead job. attempts is the fencing token: only a claim
+--           moves it, and a move to dead (+1, attempts_base +1 too: no attempt spent), so no
+--           other holder of the token can settle the dead job. The failure record (row
+--           fields EchoMQ ignores): last_traceback = trace (bounded by the worker; '' deletes an
+--           older one),
 --           error_history = a JSON array of the last 5 {attempt, at_ms, error} (error cut to 1 KB).
 --           A dead job also gets a 'dead' token RPUSHed to p.."result:"..id..":ready" (PX
 --           receipt_ms), which wakes a Producer.result waiter at once.
@@ -57,6 +59,7 @@
 -- or scheduled; then 'failed' again, its old name, kept for subscribers) or 'dead', with the
 -- error; 'fenced' for a stale, gone or state refusal.
 --- @include now_ms
+--- @include attempts
 --- @include fence
 --- @include events
 --- @include flows
@@ -241,6 +244,9 @@ for i = failures_from, #ARGV, 7 do
       woken = woken + lane_settled(p, group, left_active)
     end
     redis.call('HSET', row, 'state', outcome, 'last_error', ARGV[i + 5])
+    if outcome == 'dead' then
+      fence_out_holder(row) -- no other client's late write may delete a dead row
+    end
     record_failure(row, token, ARGV[i + 5], ARGV[i + 6])
     redis.call('DEL', row .. ':lock')
     answer(row, id, token, nonce, outcome)

@@ -1,6 +1,9 @@
-"""EchoMQ's side of a shared queue, at the wire level: its flat-queue scripts restated from the
-wire notes (`/work/shared/echomq-wire.md`, sections 4 and 7) as Lua files beside this module,
-defects D1-D3 and D7-D9 included, driven with the keys and arguments its Elixir callers send.
+"""EchoMQ's side of a shared queue, at the wire level: its scripts restated from the wire notes
+(`/work/shared/echomq-wire.md`, sections 4 and 7) and its own source (`echo_mq/jobs.ex`; each
+file's header names the script it restates) as Lua files beside this module, defects D1-D3 and
+D7-D9 included, driven with the keys and arguments its Elixir callers send. `complete` and
+`retry` are the scripts `Jobs.complete`/`Jobs.retry` run for a job without a flow parent, flat or
+grouped (its flow branches: flows.py).
 
 Each call sends the script text with EVAL (EchoMQ runs EVALSHA with its own SHAs; interop
 depends only on the effects on keys). Replies are mapped the way EchoMQ's host code maps them:
@@ -21,6 +24,9 @@ from redis.exceptions import ResponseError
 from emq_worker.protocol.keys import QueueKeys
 
 FOLDER = Path(__file__).resolve().parent
+GROUPED_BRANCH = ("complete", "retry", "greap", "gpromote", "gresume", "glimit")
+"""The scripts whose text opens with the grouped branch they share (lane_transition.lua).
+EchoMQ's complete and retry are one script each for flat and grouped jobs alike."""
 DEFAULT_LEASE_MS = 30_000
 """The Locks plane's lease; its marker TTL is twice that."""
 
@@ -67,7 +73,10 @@ class EchoMQ:
         return self.keys.prefix
 
     async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        return await self.client.eval(source(name), len(keys), *keys, *args)
+        text = source(name)
+        if name in GROUPED_BRANCH:
+            text = source("lane_transition") + text
+        return await self.client.eval(text, len(keys), *keys, *args)
 
     async def enqueue(self, job_id: str, payload: bytes) -> bool:
         reply = await self.run(

@@ -1,8 +1,9 @@
 """EchoMQ's fair lanes (`EchoMQ.Lanes` and the grouped branches of `EchoMQ.Jobs`), played at the
 wire level: its grouped scripts restated as the `g*.lua` files beside this module (the shared
-grouped branch in `lane_transition.lua`), driven with the keys and arguments its callers send.
-Its defects are kept: the claim answers empty at a stale ring entry, the reaper has no cap and
-drops a job's priority (score 0), and the claim checks no row.
+grouped branch in `lane_transition.lua`; complete and retry are its one complete.lua and
+retry.lua, which dispatch on the row's group as EchoMQ's do), driven with the keys and arguments
+its callers send. Its defects are kept: the claim answers empty at a stale ring entry, the reaper
+has no cap and drops a job's priority (score 0), and the claim checks no row.
 """
 
 from __future__ import annotations
@@ -12,10 +13,7 @@ from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
-from tests.interop.echomq import EchoMQ, refusal, source
-
-TRANSITION = ("gcomplete", "gretry", "greap", "gpromote", "gresume", "glimit")
-"""The scripts whose text opens with the shared grouped branch."""
+from tests.interop.echomq import EchoMQ, refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +31,7 @@ class EchoLanes:
     emq: EchoMQ
 
     async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        text = source(name)
-        if name in TRANSITION:
-            text = source("lane_transition") + text
-        return await self.emq.client.eval(text, len(keys), *keys, *args)
+        return await self.emq.run(name, keys, args)
 
     def key(self, suffix: str) -> str:
         return self.emq.p + suffix
@@ -64,7 +59,7 @@ class EchoLanes:
     async def complete(self, job_id: str, token: int) -> str:
         keys = [self.emq.keys.active, self.emq.keys.job(job_id)]
         try:
-            reply = await self.run("gcomplete", keys, [job_id, token, self.emq.p])
+            reply = await self.run("complete", keys, [job_id, token, self.emq.p])
         except ResponseError as exc:
             return refusal(exc)
         return "ok" if int(reply) == 1 else "gone"
@@ -76,7 +71,7 @@ class EchoLanes:
         keys = [k.active, k.schedule, k.dead, k.job(job_id)]
         try:
             reply = await self.run(
-                "gretry", keys, [job_id, token, delay_ms, max_attempts, error, self.emq.p]
+                "retry", keys, [job_id, token, delay_ms, max_attempts, error, self.emq.p]
             )
         except ResponseError as exc:
             return refusal(exc)

@@ -17,3 +17,19 @@ end
 local function lock_value(attempts, nonce)
   return string.format('%d', attempts) .. ':' .. nonce
 end
+
+-- fence_out_holder(row): a job just dead-lettered is given a token nobody holds: attempts + 1,
+-- so its last holder's late complete, retry, delay or renew (ours, or EchoMQ's scripts, which
+-- compare the token and never the state) is refused as stale instead of deleting the row and
+-- leaving its id in `dead` without one. attempts_base rises with it, so the retry budget
+-- (attempts - attempts_base) still counts only attempts that ran, and `fenced` records the raised
+-- value: while attempts still equals it, readers show attempts - 1, the attempts that ran. An
+-- attempts field that is no integer cannot be raised and needs no fence: no claim hands out
+-- such a token.
+local function fence_out_holder(row)
+  local raised = redis.pcall('HINCRBY', row, 'attempts', 1)
+  if type(raised) == 'number' then
+    redis.call('HINCRBY', row, 'attempts_base', 1)
+    redis.call('HSET', row, 'fenced', raised)
+  end
+end

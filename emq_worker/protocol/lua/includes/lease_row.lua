@@ -5,7 +5,8 @@
 -- and taking it out of the set it waited in, are the caller's. Returns its attempts and payload.
 -- A row that cannot become a job (read without raising: a key that is not a hash, no payload, a
 -- payload over LEASE_PAYLOAD_LIMIT (never read), or an attempts field that is not an integer)
--- goes to the ZSET `dead` with its reason (EchoMQ's D7); a member without a row is dropped.
+-- goes to the ZSET `dead` with its reason (EchoMQ's D7), its integer attempts + 1 (the late
+-- holder of a job reaped back is fenced out: fence_out_holder); a member without a row is dropped.
 -- Either way it returns nil: a phantom.
 local LEASE_PAYLOAD_LIMIT = 16777216 -- emq_worker.protocol.payload_limits.MAX_PAYLOAD_BYTES
 
@@ -41,6 +42,7 @@ local function lease_row(p, dead, id, nonce, lease)
       end
       redis.call('HSET', row, 'state', 'dead', 'last_error', reason)
     end
+    fence_out_holder(row) -- a job reaped back here may still have a late holder
   end
   return nil
 end

@@ -5,6 +5,7 @@
 -- list {id1, outcome1, ...} of the jobs reaped. A job returned goes to pending at its priority, a
 -- grouped one to its lane (includes/lanes.lua); a flow child dead-lettered tells its parent
 -- (includes/flows.lua), and a parent released so adds a wake token.
+--- @include attempts
 --- @include fence
 --- @include events
 --- @include strays
@@ -30,6 +31,7 @@ local function reap_due(p, keys, batch, max, now)
       local reason = 'lease expired on attempt ' .. fields[1] .. ' (max_attempts ' .. max .. ')'
       redis.call('ZADD', keys.dead, 0, id)
       redis.call('HSET', row, 'state', 'dead', 'last_error', reason)
+      fence_out_holder(row) -- its lapsed holder may still complete it late (EchoMQ's D8)
       redis.call('HINCRBY', keys.failed, 'count', 1)
       redis.call('SREM', keys.suspects, id)
       if fields[3] then
