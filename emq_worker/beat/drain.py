@@ -47,22 +47,25 @@ class DrainResult:
     """The drain stopped at its time bound with slots free and work maybe left."""
 
 
+@dataclass(frozen=True, slots=True)
+class BeatGuides:
+    """The parts of the beat that say where and when to claim, shared by the drain and the
+    supervisor: the agenda, the queues' isolation, the hand-off offers, the beat's status."""
+
+    agenda: Agenda
+    isolation: QueueIsolation
+    offers: Offers
+    status: BeatStatus
+
+
 class Drainer:
-    def __init__(
-        self,
-        state: WorkerState,
-        runner: JobRunner,
-        isolation: QueueIsolation,
-        status: BeatStatus,
-        offers: Offers,
-        agenda: Agenda,
-    ) -> None:
-        self.runner = runner
+    def __init__(self, state: WorkerState, runner: JobRunner, guides: BeatGuides) -> None:
         self.state = state
-        self.isolation = isolation
-        self.status = status
-        self.offers = offers
-        self.agenda = agenda
+        self.runner = runner
+        self.isolation = guides.isolation
+        self.status = guides.status
+        self.offers = guides.offers
+        self.agenda = guides.agenda
         self.log = get_logger()
         self._log_jobs = self.log.is_enabled_for(logging.INFO)
         """One event per job transition at info; nothing per job above it (throughput)."""

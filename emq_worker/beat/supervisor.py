@@ -16,27 +16,22 @@ as OOM) backs off the whole beat, as every queue would fail alike.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import anyio
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from emq_worker.beat.agenda import Agenda, check_window_s
-from emq_worker.beat.drain import Drainer
+from emq_worker.beat.drain import BeatGuides, Drainer
 from emq_worker.beat.history import HistoryRecorder
-from emq_worker.beat.isolation import QueueIsolation
 from emq_worker.beat.jobgroup import JobGroup
-from emq_worker.beat.offers import Offers, offer_ms
 from emq_worker.beat.presence import Presence, WorkerRegistry
 from emq_worker.beat.queue_health import backoff_s
-from emq_worker.beat.runner import JobRunner
 from emq_worker.beat.state import WorkerState
 from emq_worker.beat.upkeep import QueueUpkeep
 from emq_worker.beat.wakes import Popped, WakeWaiter
-from emq_worker.jobs.repeat import RepeatFirer
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
-from emq_worker.observe.status import BeatStatus
-from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.server.failures import RETRYABLE, describe, fatal, queue_scoped
 
 WITHDRAW_TIMEOUT_S = 5.0
@@ -44,47 +39,41 @@ PRESENCE_SHARE = 3
 """The worker's presence entries are refreshed every third of their TTL, not every beat."""
 
 
+@dataclass(frozen=True, slots=True)
+class BeatParts:
+    """What the beat works with, built by assembly.py."""
+
+    client: Redis
+    guides: BeatGuides
+    """Where and when to claim: the agenda, the queues' isolation, the offers, the status."""
+    wakes: WakeWaiter
+    upkeep: QueueUpkeep
+    drainer: Drainer
+    history: HistoryRecorder
+    notifier: Notifier
+    registry: WorkerRegistry | None
+
+
 class Supervisor:
-    def __init__(
-        self,
-        state: WorkerState,
-        client: Redis,
-        runner: JobRunner,
-        reap_max_attempts: int,
-        notifier: Notifier | None = None,
-        registry: WorkerRegistry | None = None,
-    ) -> None:
-        settings = state.settings
-        queues = list(state.queues.values())
-        self.registry = registry
-        self.client = client
-        self.queues = queues
-        self._by_name = state.queues
-        self.runner = runner
+    def __init__(self, state: WorkerState, parts: BeatParts) -> None:
         self.state = state
-        self.settings = settings
+        self.registry = parts.registry
+        self._by_name = state.queues
         self.log = get_logger()
-        self.notifier = notifier or Notifier()
+        self.notifier = parts.notifier
         self._park_scope: anyio.CancelScope | None = None
         self._next_beat = 0.0
         self._next_presence = 0.0
-        self.status = BeatStatus(
-            self.notifier, [queue.name for queue in queues], settings.concurrency, self.log
-        )
-        window_s = check_window_s(len(queues), settings.beat_ms / 1000, settings.lease_ms / 1000)
-        beat_s = settings.beat_ms / 1000
-        self.agenda = Agenda([queue.name for queue in queues], window_s, beat_s, state.rng)
-        self._by_wake = {queue.keys.wake: queue.name for queue in queues}
-        self._wakes = WakeWaiter(client)
-        repeats = RepeatFirer(SnowflakeMinter(settings.node_id))
-        self.upkeep = QueueUpkeep(state, reap_max_attempts, self.log, self.agenda, repeats)
-        self.isolation = QueueIsolation(client, queues, state.clock, state.rng, self.log)
-        spans_slots = self._wakes.spans_slots(list(self._by_wake))
-        self.offers = Offers(queues, offer_ms(settings, spans_slots))
-        self.drainer = Drainer(state, runner, self.isolation, self.status, self.offers, self.agenda)
-        self.history = HistoryRecorder(
-            state.counters, registry.id if registry else "", settings.history_every_ms
-        )
+        guides = parts.guides
+        self.status = guides.status
+        self.agenda = guides.agenda
+        self.isolation = guides.isolation
+        self.offers = guides.offers
+        self._by_wake = {queue.keys.wake: queue.name for queue in state.queues.values()}
+        self._wakes = parts.wakes
+        self.upkeep = parts.upkeep
+        self.drainer = parts.drainer
+        self.history = parts.history
         self._name_queues = True
         self.state.stop.on_request(self._end_park)
 
@@ -116,7 +105,7 @@ class Supervisor:
                 self.log.warning("beat_failed", error=describe(exc), retry_in_ms=int(pause * 1000))
                 await self._sleep_unless_stopped(pause)
                 continue
-            if idle and self.settings.burst:
+            if idle and self.state.settings.burst:
                 self.log.info("burst_done")
                 return
         await self._withdraw_offers()
@@ -126,7 +115,7 @@ class Supervisor:
         and not yet taken go back to pending (shielded, bounded: else the reaper returns them)."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(WITHDRAW_TIMEOUT_S):
             try:
-                released = await self.offers.withdraw(self.settings.lease_ms)
+                released = await self.offers.withdraw(self.state.settings.lease_ms)
             except RETRYABLE as exc:
                 self.log.warning("withdraw_failed", error=describe(exc))
                 return
@@ -137,13 +126,13 @@ class Supervisor:
         park. Returns True when nothing is held, pending or scheduled."""
         now = self.state.clock.monotonic()
         if now >= self._next_beat:
-            self._next_beat = now + self.settings.beat_ms / 1000
+            self._next_beat = now + self.state.settings.beat_ms / 1000
             if self.history.due(now):
                 await self.record_history(now)
             self.status.report(now, len(self.state.book), self.state.counters.completed)
             if now >= self._next_presence:
                 await self.announce()
-        if self.settings.burst:
+        if self.state.settings.burst:
             self.agenda.eager(now)  # a burst worker sees every queue for itself, every pass
         released = self.upkeep.released_parents
         await self.tend()
@@ -152,13 +141,13 @@ class Supervisor:
         idle = drained.claimed == 0 and len(self.state.book) == 0 and not self.agenda.scheduled()
         idle = idle and not self.agenda.holding()  # held back by a limit is not idle
         idle = idle and not self.isolation.health.resting()  # nor is a queue that failed
-        if idle and self.settings.burst:
+        if idle and self.state.settings.burst:
             await self.tend(force=True)  # a job failed since the check may have been scheduled
             idle = not self.agenda.scheduled()
         # A flow parent that an outbox sweep released in this pass (by any of its upkeep steps,
         # the woken-dry promote included) is work the drain may not have seen yet.
         idle = idle and self.upkeep.released_parents == released
-        if not drained.more and not (idle and self.settings.burst):
+        if not drained.more and not (idle and self.state.settings.burst):
             await self.park(jobs)
         return idle
 
@@ -167,8 +156,8 @@ class Supervisor:
         in short bounded batches until caught up, or until half a beat has gone: a backlog of
         expired leases (a crashed worker held thousands) comes back within a beat or two, while
         no single call holds the server for long."""
-        force = force or self.settings.burst
-        budget_ends = self.state.clock.monotonic() + self.settings.beat_ms / 2000
+        force = force or self.state.settings.burst
+        budget_ends = self.state.clock.monotonic() + self.state.settings.beat_ms / 2000
         for queue in self.isolation.ready():
             with self.isolation.isolated(queue):
                 busy = self.state.book.holds_on(queue.name)
@@ -234,14 +223,16 @@ class Supervisor:
         times = (self.agenda.next_time(now), self.isolation.next_retry())
         # At most a beat from now (not from the beat's start): a park that ends for the agenda
         # starts a fresh beat-long one, so an idle worker sends about one BLPOP per beat.
-        until = min([now + self.settings.beat_ms / 1000, *(t for t in times if t is not None)])
+        until = min(
+            [now + self.state.settings.beat_ms / 1000, *(t for t in times if t is not None)]
+        )
         timeout = until - now
         if timeout <= 0 or self.state.stop.requested:
             return
         with anyio.CancelScope() as scope:
             self._park_scope = scope
             try:
-                if self.state.book.running >= self.settings.concurrency:
+                if self.state.book.running >= self.state.settings.concurrency:
                     with anyio.move_on_after(timeout):
                         await self.state.slots.arm().wait()
                 else:

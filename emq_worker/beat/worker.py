@@ -10,26 +10,19 @@ from __future__ import annotations
 
 import functools
 import random
-from dataclasses import dataclass
 
 import anyio
-from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from emq_worker.beat.assembly import Connections, Observers, Parts, assemble
 from emq_worker.beat.config import WorkerSettings
 from emq_worker.beat.jobgroup import JobGroup
 from emq_worker.beat.lease import LeaseBook
 from emq_worker.beat.presence import WorkerRegistry
-from emq_worker.beat.queue_health import BACKOFF_CAP_S
-from emq_worker.beat.renewal import MeteredSweep, RenewalSweep
 from emq_worker.beat.renewal_lines import RenewalLines, renewal_connect_timeout_s
-from emq_worker.beat.runner import JobRunner
-from emq_worker.beat.settle import SettleBatcher
 from emq_worker.beat.state import StopSignal, WorkerState
-from emq_worker.beat.supervisor import Supervisor
 from emq_worker.jobs.tasks import App
 from emq_worker.observe.clock import Clock, MonotonicClock
-from emq_worker.observe.exposition import BeatNotifier, WorkerCollector
 from emq_worker.observe.http import HttpEndpoint
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.looplag import LoopLag, warn_after_ms
@@ -42,16 +35,6 @@ from emq_worker.server.connection import connect
 from emq_worker.server.failures import RETRYABLE, describe
 
 RELEASE_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Parts:
-    queues: dict[str, Queue]
-    book: LeaseBook
-    batcher: SettleBatcher
-    supervisor: Supervisor
-    sweep: RenewalSweep
-    http: HttpEndpoint | None = None
 
 
 class Worker:
@@ -116,7 +99,15 @@ class Worker:
         await scripts.load_all(client)
         handlers = handler_client(client)
         lines = self._renewal_lines(scripts)
-        parts = self._assemble(client, scripts, lines, handlers)
+        settings = self.settings
+        self.presence = WorkerRegistry(
+            client, settings.queues, settings.concurrency, settings.beat_ms, settings.lease_ms
+        )
+        queues = {name: Queue(client, scripts, name) for name in settings.queues}
+        state = WorkerState(settings, queues, self.counters, self._clock, self._rng, self.stop)
+        state.handler_client = handlers
+        observers = Observers(self.notifier, self.presence, self.loop_lag, lambda: self.stopping)
+        parts = assemble(state, self.app, Connections(client, lines), observers)
         try:
             with anyio.CancelScope() as root:
                 self._root = root
@@ -161,48 +152,10 @@ class Worker:
         )
         return RenewalLines(dial, scripts)
 
-    def _assemble(
-        self, client: Redis, scripts: Scripts, lines: RenewalLines | None, handlers: Redis
-    ) -> Parts:
-        settings = self.settings
-        self.presence = WorkerRegistry(
-            client, settings.queues, settings.concurrency, settings.beat_ms, settings.lease_ms
-        )
-        queues = {name: Queue(client, scripts, name) for name in settings.queues}
-        state = WorkerState(settings, queues, self.counters, self._clock, self._rng, self.stop)
-        state.handler_client = handlers
-        batcher = SettleBatcher(state)
-        runner = JobRunner(state, self.app, batcher)
-        registry = CollectorRegistry(auto_describe=True) if settings.http else None
-        beat = (
-            BeatNotifier(self.notifier, self._clock, settings.beat_ms / 1000, BACKOFF_CAP_S)
-            if registry is not None
-            else None
-        )
-        supervisor = Supervisor(
-            state,
-            client,
-            runner,
-            reap_max_attempts=self.app.most_attempts(settings.max_attempts),
-            notifier=beat or self.notifier,
-            registry=self.presence,
-        )
-        if registry is None or beat is None:
-            return Parts(queues, state.book, batcher, supervisor, RenewalSweep(state, lines))
-        sweep = MeteredSweep(state, lines).meter(registry)
-        collector = WorkerCollector(self.counters, state.book, beat)
-        collector.loop_lag = self.loop_lag
-        registry.register(collector)
-        assert settings.http is not None
-        http = HttpEndpoint(
-            settings.http, client, queues, collector, registry, lambda: self.stopping
-        )
-        return Parts(queues, state.book, batcher, supervisor, sweep, http)
-
     async def _serve(self, parts: Parts) -> None:
         """Beat until stopped; then give running jobs the grace period, write what finished,
         and hand back what is still held."""
-        settings, book = self.settings, parts.book
+        settings, book = self.settings, parts.state.book
         async with anyio.create_task_group() as background:
             if settings.renew:
                 background.start_soon(parts.sweep.run)
@@ -221,18 +174,18 @@ class Worker:
                 jobs.cancel()
             with anyio.move_on_after(settings.settle_timeout_ms / 1000):
                 await book.wait_settled()
-            await self._release(parts.queues, book)
-            await self._last_history(parts.supervisor)
-            await parts.supervisor.runner.pool.close()
+            await self._release(parts.state.queues, book)
+            await self._last_history(parts)
+            await parts.pool.close()
             await self._leave()
             background.cancel_scope.cancel()
 
-    async def _last_history(self, supervisor: Supervisor) -> None:
+    async def _last_history(self, parts: Parts) -> None:
         """Flush what happened since the last history flush (a short run leaves its trace)."""
-        if supervisor.history.every_s <= 0:
+        if parts.history.every_s <= 0:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_TIMEOUT_S):
-            await supervisor.record_history(self._clock.monotonic())
+            await parts.supervisor.record_history(self._clock.monotonic())
 
     async def _leave(self) -> None:
         """Take this worker off the `workers` list at once (else its entries expire)."""
