@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from emq_worker.errors import ConfigError
 from emq_worker.jobs.policy import Policy
@@ -26,43 +27,93 @@ STOP_MARGIN_SHARE = 20
 drift between two machines (a few hundred ppm at worst), and room for a longer loop stall."""
 
 
+def _flag(
+    default: Any,
+    help: str,
+    *,
+    short: str | None = None,
+    shown: str | None = None,
+    kind: str = "value",
+    metavar: str | None = None,
+) -> Any:
+    """A setting that `emq-worker run` takes as a flag: the flag is `--` and the field's name
+    with dashes, its variable EMQ_ and the name in capitals; the CLI derives the click option
+    from this declaration (cli/settings_options.py). `kind`: "value", "flag" (on/off),
+    "switch" (--x/--no-x), "backoff" (parsed by retry.parse_backoff), "at_least_0"."""
+    cli = {"help": help, "short": short, "shown": shown, "kind": kind, "metavar": metavar}
+    return field(default=default, metadata={"cli": cli})
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
     queues: tuple[str, ...]
     redis_url: str = DEFAULT_URL
-    concurrency: int = 10
-    lease_ms: int = 30_000
-    beat_ms: int = 1_000
-    renew_every_ms: int = 0
+    concurrency: int = _flag(10, "Jobs run at once.", short="-c")
+    lease_ms: int = _flag(30_000, "How long a claim holds a job without a renewal.")
+    beat_ms: int = _flag(
+        1_000,
+        "The longest park; each queue is checked (reaped) at least once per beat x queues / 10.",
+    )
+    renew_every_ms: int = _flag(
+        0, "Renewal sweep cadence (0: the default).", shown="a third of --lease-ms"
+    )
     """0 means a third of lease_ms."""
-    stop_margin_ms: int = 0
+    stop_margin_ms: int = _flag(
+        0,
+        "How long before the server may reap an unconfirmed lease its handler is cancelled "
+        "(0: the default).",
+        shown="max(100, 5% of --lease-ms), at most half the renewal cadence",
+    )
     """How long before the server may reap an unconfirmed lease its handler is cancelled; 0
     means derived (`derived_stop_margin`)."""
-    grace_ms: int = 20_000
-    max_attempts: int = 3
-    backoff: Backoff = DEFAULT_BACKOFF
-    job_timeout_ms: int = 300_000
+    grace_ms: int = _flag(20_000, "On SIGTERM, how long running jobs may finish.")
+    max_attempts: int = _flag(
+        3, "Default attempts before a job goes to dead (tasks may override)."
+    )
+    backoff: Backoff = _flag(
+        DEFAULT_BACKOFF,
+        "Default retry delay: fixed:MS, exponential:BASE_MS:CAP_MS, jitter:...",
+        kind="backoff",
+    )
+    job_timeout_ms: int = _flag(300_000, "Default handler timeout (tasks may override).")
     wire_version: str = DEFAULT_WIRE_VERSION
     reap_batch: int = 100
     promote_batch: int = 100
     settle_timeout_ms: int = 10_000
-    completed_ttl_ms: int = DEFAULT_COMPLETED_TTL_MS
+    completed_ttl_ms: int = _flag(
+        DEFAULT_COMPLETED_TTL_MS,
+        "How long a completed job enqueued with --job-id or a dedup id stays a duplicate "
+        "(its tombstone key; 0: only while the job lives).",
+        kind="at_least_0",
+    )
     """The completion window: a job enqueued with a caller-chosen id or a dedup id stays a
     duplicate this long after it completed (0: only while it lives)."""
-    burst: bool = False
+    burst: bool = _flag(False, "Exit once nothing is held, pending or scheduled.", kind="flag")
     """Exit once nothing is held, pending or scheduled (for scripts and demos)."""
     renew: bool = True
     """Library-only switch to demonstrate a lapsing lease; never off in production."""
-    handoff: bool = True
+    handoff: bool = _flag(
+        True,
+        "While parked with a free slot, take the next job enqueued straight from the enqueue "
+        "script, without a claim round trip.",
+        kind="switch",
+    )
     """While parked with a free slot, offer to take the next job enqueued straight from the
     enqueue script (no claim round trip); off, every job goes through pending and a claim."""
     node_id: int = DEFAULT_NODE_ID
-    http: str | None = None
+    http: str | None = _flag(
+        None,
+        "Serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9464 (default: off).",
+        metavar="HOST:PORT",
+    )
     """HOST:PORT for /metrics, /healthz and /readyz; None serves nothing."""
     history_every_ms: int = 10_000
     """How often the beat adds this worker's counts to the queues' history on the server
     (observe/history.py; 0: never). Library-only: the dashboard reads it."""
-    connect_wait_ms: int = 30_000
+    connect_wait_ms: int = _flag(
+        30_000,
+        "At start, retry a dropped, refused or timed-out connection this long before exiting 1.",
+    )
     """At start, how long a dropped, refused or timed-out first connection is retried (with
     capped, jittered backoff) before the worker exits 1 (0: one attempt)."""
     process_pool: int | None = None

@@ -36,13 +36,11 @@ from emq_worker.cli.processes import (
     processes_option,
     start_fleet,
 )
+from emq_worker.cli.settings_options import settings_from, settings_options
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.jobs.tasks import load_app, with_raw_tasks
 from emq_worker.observe import log
-from emq_worker.retry import format_backoff, parse_backoff
 from emq_worker.server.failures import exit_code_for
-
-DEFAULTS = WorkerSettings(queues=("default",))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -95,134 +93,10 @@ def main() -> None:
     "(jobs of EchoMQ's or other clients); repeat for several queues.",
 )
 @redis_url_option
-@click.option(
-    "--concurrency",
-    "-c",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_CONCURRENCY",
-    default=DEFAULTS.concurrency,
-    show_default=True,
-    help="Jobs run at once.",
-)
-@click.option(
-    "--lease-ms",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_LEASE_MS",
-    default=DEFAULTS.lease_ms,
-    show_default=True,
-    help="How long a claim holds a job without a renewal.",
-)
-@click.option(
-    "--beat-ms",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_BEAT_MS",
-    default=DEFAULTS.beat_ms,
-    show_default=True,
-    help="The longest park; each queue is checked (reaped) at least once per beat x queues / 10.",
-)
-@click.option(
-    "--renew-every-ms",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_RENEW_EVERY_MS",
-    default=0,
-    show_default="a third of --lease-ms",
-    help="Renewal sweep cadence (0: the default).",
-)
-@click.option(
-    "--stop-margin-ms",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_STOP_MARGIN_MS",
-    default=0,
-    show_default="max(100, 5% of --lease-ms), at most half the renewal cadence",
-    help="How long before the server may reap an unconfirmed lease its handler is cancelled "
-    "(0: the default).",
-)
-@click.option(
-    "--grace-ms",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_GRACE_MS",
-    default=DEFAULTS.grace_ms,
-    show_default=True,
-    help="On SIGTERM, how long running jobs may finish.",
-)
-@click.option(
-    "--max-attempts",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_MAX_ATTEMPTS",
-    default=DEFAULTS.max_attempts,
-    show_default=True,
-    help="Default attempts before a job goes to dead (tasks may override).",
-)
-@click.option(
-    "--backoff",
-    show_envvar=True,
-    envvar="EMQ_BACKOFF",
-    default=format_backoff(DEFAULTS.backoff),
-    show_default=True,
-    help="Default retry delay: fixed:MS, exponential:BASE_MS:CAP_MS, jitter:...",
-)
-@click.option(
-    "--job-timeout-ms",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_JOB_TIMEOUT_MS",
-    default=DEFAULTS.job_timeout_ms,
-    show_default=True,
-    help="Default handler timeout (tasks may override).",
-)
-@click.option(
-    "--completed-ttl-ms",
-    type=click.IntRange(min=0),
-    show_envvar=True,
-    envvar="EMQ_COMPLETED_TTL_MS",
-    default=DEFAULTS.completed_ttl_ms,
-    show_default=True,
-    help="How long a completed job enqueued with --job-id or a dedup id stays a duplicate "
-    "(its tombstone key; 0: only while the job lives).",
-)
+@settings_options
 @wire_version_option
 @log_format_option
 @log_level_option
-@click.option(
-    "--burst",
-    is_flag=True,
-    show_envvar=True,
-    envvar="EMQ_BURST",
-    help="Exit once nothing is held, pending or scheduled.",
-)
-@click.option(
-    "--handoff/--no-handoff",
-    show_envvar=True,
-    envvar="EMQ_HANDOFF",
-    default=DEFAULTS.handoff,
-    show_default=True,
-    help="While parked with a free slot, take the next job enqueued straight from the enqueue "
-    "script, without a claim round trip.",
-)
-@click.option(
-    "--http",
-    show_envvar=True,
-    envvar="EMQ_HTTP",
-    default=None,
-    metavar="HOST:PORT",
-    help="Serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9464 (default: off).",
-)
-@click.option(
-    "--connect-wait-ms",
-    type=int,
-    show_envvar=True,
-    envvar="EMQ_CONNECT_WAIT_MS",
-    default=DEFAULTS.connect_wait_ms,
-    show_default=True,
-    help="At start, retry a dropped, refused or timed-out connection this long before exiting 1.",
-)
 @processes_option
 @process_pool_option
 @click.option(
@@ -237,54 +111,24 @@ def run(
     app_dir: str,
     raw_tasks: tuple[str, ...],
     redis_url: str,
-    concurrency: int,
-    lease_ms: int,
-    beat_ms: int,
-    renew_every_ms: int,
-    stop_margin_ms: int,
-    grace_ms: int,
-    max_attempts: int,
-    backoff: str,
-    job_timeout_ms: int,
-    completed_ttl_ms: int,
     wire_version: str,
     log_format: Any,
     log_level: str,
-    burst: bool,
-    handoff: bool,
-    http: str | None,
-    connect_wait_ms: int,
     processes: int,
     process_pool: int,
     check: bool,
+    **declared: Any,
 ) -> None:
     """Run the worker daemon on one or more queues."""
     ctx = click.get_current_context()
     try:
-        policy = parse_backoff(backoff)
-    except ConfigError as exc:
-        raise usage_error(ctx, ConfigError(str(exc), setting="backoff")) from exc
-    try:
         settings = WorkerSettings(
             queues=queues,
             redis_url=redis_url,
-            concurrency=concurrency,
-            lease_ms=lease_ms,
-            beat_ms=beat_ms,
-            renew_every_ms=renew_every_ms,
-            stop_margin_ms=stop_margin_ms,
-            grace_ms=grace_ms,
-            max_attempts=max_attempts,
-            backoff=policy,
-            job_timeout_ms=job_timeout_ms,
-            completed_ttl_ms=completed_ttl_ms,
             wire_version=wire_version,
-            burst=burst,
-            handoff=handoff,
-            http=http or None,
-            connect_wait_ms=connect_wait_ms,
             process_pool=process_pool,
             check_timeout_ms=round(socket_timeout_s() * 1000),
+            **settings_from(declared),
         )
         app = with_raw_tasks(load_app(app_path, app_dir), raw_tasks, settings.queues)
     except ConfigError as exc:
