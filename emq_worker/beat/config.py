@@ -67,9 +67,7 @@ class WorkerSettings:
     """How long before the server may reap an unconfirmed lease its handler is cancelled; 0
     means derived (`derived_stop_margin`)."""
     grace_ms: int = _flag(20_000, "On SIGTERM, how long running jobs may finish.")
-    max_attempts: int = _flag(
-        3, "Default attempts before a job goes to dead (tasks may override)."
-    )
+    max_attempts: int = _flag(3, "Default attempts before a job goes to dead (tasks may override).")
     backoff: Backoff = _flag(
         DEFAULT_BACKOFF,
         "Default retry delay: fixed:MS, exponential:BASE_MS:CAP_MS, jitter:...",

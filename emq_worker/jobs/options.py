@@ -15,8 +15,7 @@ from typing import Any, TypedDict, cast
 
 from emq_worker.errors import ConfigError
 from emq_worker.jobs.policy import WIRE_NAMES as POLICY_NAMES
-from emq_worker.jobs.policy import JobPolicy
-from emq_worker.retry import Backoff
+from emq_worker.jobs.policy import JobPolicy, PolicyOptions
 
 
 class Placement(TypedDict, total=False):
@@ -39,14 +38,8 @@ class Placement(TypedDict, total=False):
     """Lower is claimed first (within its lane, or among ungrouped jobs); 0 by default."""
 
 
-class EnqueueOptions(Placement, total=False):
-    """`Placement` plus this job's overrides of its task's policy."""
-
-    max_attempts: int | None
-    backoff: Backoff | None
-    timeout_ms: int | None
-    result_ttl_ms: int | None
-    """0 stores no result, even when the task declares a result TTL."""
+class EnqueueOptions(Placement, PolicyOptions, total=False):
+    """`Placement` plus this job's overrides of its task's policy (`PolicyOptions`)."""
 
 
 PLACEMENT_NAMES = Placement.__optional_keys__

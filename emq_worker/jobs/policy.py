@@ -12,12 +12,28 @@ per-job overrides. The per-job ones travel in the JSON envelope as `"options": {
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from emq_worker.errors import ConfigError, PayloadError
 from emq_worker.retry import Backoff, format_backoff, parse_backoff
 
-WIRE_NAMES = frozenset({"max_attempts", "backoff", "timeout_ms", "result_ttl_ms"})
+
+class PolicyOptions(TypedDict, total=False):
+    """A task's (`@app.task(...)`) or one job's (`Producer.enqueue(...)`) policy overrides, as
+    keywords: declared once, taken with `Unpack` everywhere; None leaves the layer below."""
+
+    max_attempts: int | None
+    """Runs before the job is dead-lettered (>= 1)."""
+    backoff: Backoff | None
+    """The delay policy between retries."""
+    timeout_ms: int | None
+    """The handler's time limit (>= 1)."""
+    result_ttl_ms: int | None
+    """Store the handler's return value for this long (>= 1), or 0 to store none."""
+
+
+WIRE_NAMES = PolicyOptions.__optional_keys__
+"""The policy's names, as the JSON envelope's `options` carries them."""
 
 
 class Policy(NamedTuple):
@@ -123,3 +139,15 @@ def _check_int(name: str, value: object, *, minimum: int) -> None:
         raise ConfigError(f"{name} must be an integer; got {value!r}")
     if value < minimum:
         raise ConfigError(f"{name} must be >= {minimum}; got {value}")
+
+
+def declared_policy(owner: str, options: PolicyOptions) -> JobPolicy:
+    """The overrides `options` give, or ConfigError naming `owner` and the value (a task's
+    declaration: `task 'charge': max_attempts must be ...`)."""
+    unknown = sorted(set(options) - WIRE_NAMES)
+    if unknown:
+        raise TypeError(f"{owner}: unexpected keyword argument {unknown[0]!r}")
+    try:
+        return JobPolicy(**options)
+    except ConfigError as exc:
+        raise ConfigError(f"{owner}: {exc}") from exc

@@ -8,14 +8,13 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, Unpack, overload
 
 from emq_worker.errors import AppImportError, ConfigError, PayloadError, UnknownTaskError
 from emq_worker.jobs.handles import AsyncTaskHandle, SyncTaskHandle, TaskHandle, unwrap
-from emq_worker.jobs.policy import JobPolicy
+from emq_worker.jobs.policy import JobPolicy, PolicyOptions, declared_policy
 from emq_worker.jobs.process_tasks import check_process_tasks, in_process
 from emq_worker.protocol.keys import validate_queue_name
-from emq_worker.retry import Backoff
 
 Handler = Callable[..., Awaitable[Any]] | Callable[..., Any]
 F = TypeVar("F", bound=Handler)
@@ -100,11 +99,8 @@ class App:
         *,
         name: str | None = None,
         queue: str | None = None,
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
-        timeout_ms: int | None = None,
-        result_ttl_ms: int | None = None,
         executor: Executor | None = None,
+        **policy: Unpack[PolicyOptions],
     ) -> TaskDecorator: ...
 
     def task(
@@ -114,11 +110,8 @@ class App:
         *,
         name: str | None = None,
         queue: str | None = None,
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
-        timeout_ms: int | None = None,
-        result_ttl_ms: int | None = None,
         executor: Executor | None = None,
+        **policy: Unpack[PolicyOptions],
     ) -> TaskHandle[Any, Any] | TaskDecorator:
         """Register a handler `fn(ctx, **kwargs)` under `name` (default: its own name), and
         return its typed handle (still callable as the handler; `handle.enqueue(producer, ...)`
@@ -131,7 +124,6 @@ class App:
         `executor="process"` runs a plain (CPU-bound) function in the worker's process pool
         instead of a thread: it must be a module-level function a spawned process can import.
         """
-        policy = (max_attempts, backoff, timeout_ms, result_ttl_ms)
         decorator = TaskDecorator(self, name, queue, policy, executor)
         return decorator(fn) if fn is not None else decorator
 
@@ -140,22 +132,15 @@ class App:
             raise ConfigError(f"task {task.name!r} is registered twice")
         self.tasks[task.name] = task
 
-    def raw_handler(
-        self,
-        queue: str,
-        *,
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
-        timeout_ms: int | None = None,
-        result_ttl_ms: int | None = None,
-    ) -> Callable[[F], F]:
+    def raw_handler(self, queue: str, **policy: Unpack[PolicyOptions]) -> Callable[[F], F]:
         """Bind `queue` to one handler `fn(ctx)` that reads `ctx.payload` as raw bytes
         (for jobs enqueued by other EchoMQ clients)."""
         validate_queue_name(queue)
 
+        declared = declared_policy(f"task {queue!r}", policy)
+
         def register(handler: F) -> F:
-            policy = (max_attempts, backoff, timeout_ms, result_ttl_ms)
-            self.raw[queue] = _make_task(queue, handler, *policy)
+            self.raw[queue] = _make_task(queue, handler, declared)
             return handler
 
         return register
@@ -182,7 +167,7 @@ class TaskDecorator:
         app: App,
         name: str | None,
         queue: str | None,
-        policy: tuple[Any, ...],
+        policy: PolicyOptions,
         executor: Executor | None = None,
     ) -> None:
         if queue is not None:
@@ -201,7 +186,8 @@ class TaskDecorator:
 
     def __call__(self, fn: Handler, /) -> TaskHandle[Any, Any]:
         handler = unwrap(fn)
-        task = _make_task(self.name or handler.__name__, handler, *self.policy)
+        name = self.name or handler.__name__
+        task = _make_task(name, handler, declared_policy(f"task {name!r}", self.policy))
         if self.executor is not None:
             task = in_process(task, self.executor)
         self.app.add(task)
@@ -222,23 +208,7 @@ def _keyword_names(
     return required, frozenset(p.name for p in params)
 
 
-def _make_task(
-    name: str,
-    fn: Handler,
-    max_attempts: int | None,
-    backoff: Backoff | None,
-    timeout_ms: int | None,
-    result_ttl_ms: int | None,
-) -> Task:
-    try:
-        policy = JobPolicy(
-            max_attempts=max_attempts,
-            backoff=backoff,
-            timeout_ms=timeout_ms,
-            result_ttl_ms=result_ttl_ms,
-        )
-    except ConfigError as exc:
-        raise ConfigError(f"task {name!r}: {exc}") from exc
+def _make_task(name: str, fn: Handler, policy: JobPolicy) -> Task:
     return Task(
         name=name,
         fn=fn,
