@@ -22,12 +22,14 @@ from typing import Any
 import anyio
 
 from emq_worker.observe import log
-from tests.chaos import lanes, recovery, resend, rows
+from tests.chaos import lanes, netcut, netns, recovery, resend, rows
 from tests.chaos.test_connections import HELD_CI, KILL_CI, LOST_CI
 from tests.chaos.test_enqueue_resend import RESEND_CI
 from tests.chaos.test_kill_recovery import CI_SIZE as RECOVERY_CI
 from tests.chaos.test_lanes_kill import CI_SIZE as LANES_CI
-from tests.chaos.test_partitions import LATENCY_CI, LONG_CI, SHORT_CI
+from tests.chaos.test_netns_partitions import HOG_CI, LONG_CI, RANDOM_CI, TICK_CI
+from tests.chaos.test_partitions import LATENCY_CI, SHORT_CI
+from tests.chaos.test_partitions import LONG_CI as LONGCUT_CI
 from tests.chaos.test_poison import BYSTANDERS_CI
 from tests.chaos.test_poison import CI_SIZE as POISON_CI
 from tests.chaos.test_redis_restart import AMNESIA_CI, RESTART_CI
@@ -63,14 +65,19 @@ SPECS: dict[str, Spec] = {
     ),
     "heldkill": Spec(rows.held_kills, HELD_CI, rows.HeldKillSize()),
     "shortcut": Spec(rows.short_partitions, SHORT_CI, rows.PartitionSize(rounds=5, lease_ms=3_000)),
-    "longcut": Spec(rows.long_partitions, LONG_CI, rows.PartitionSize(rounds=5)),
+    "longcut": Spec(rows.long_partitions, LONGCUT_CI, rows.PartitionSize(rounds=5)),
     "latency": Spec(rows.slow_network, LATENCY_CI, rows.LatencySize()),
     "lanes": Spec(
         lanes.lanes_kill,
         LANES_CI,
         lanes.LanesKillSize(deep_jobs=10_000, small_groups=40, small_jobs=50, kills=20),
     ),
+    "netns-long": Spec(netcut.partition_runs, LONG_CI, netcut.CutSize("long")),
+    "netns-hog": Spec(netcut.partition_runs, HOG_CI, netcut.CutSize("long", hog=True)),
+    "netns-tick": Spec(netcut.partition_runs, TICK_CI, netcut.CutSize("tick")),
+    "netns-random": Spec(netcut.partition_runs, RANDOM_CI, netcut.CutSize("random")),
 }
+NEEDS_NAMESPACES = ("netns-",)
 
 COLUMNS = (
     ("row", 36),
@@ -104,6 +111,11 @@ async def run_rows(names: list[str], full: bool) -> list[dict[str, Any]]:
     for name in names:
         spec = SPECS[name]
         size = spec.full if full else spec.ci
+        skipped = netns.unavailable() if name.startswith(NEEDS_NAMESPACES) else None
+        if skipped is not None:
+            print(f"--- {name}: skipped: {skipped}", file=sys.stderr, flush=True)
+            records.append({"name": name, "ok": True, "skipped": skipped})
+            continue
         print(f"--- {name}: {size}", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as directory:
             result = await spec.run(Path(directory), size)
