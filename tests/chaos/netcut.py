@@ -205,6 +205,15 @@ async def partition_runs(directory: Path, size: CutSize, seed: int = 26) -> RowR
     return RowResult(name, verdict, _sizes(size), time.monotonic() - began, facts)
 
 
+def promise_kept(result: RowResult) -> bool:
+    """Issue 26's promise for the row, beyond the checker's verdict: no job ran on both workers
+    at once, and a short cut cost no lease."""
+    facts = result.facts
+    if result.sizes["scenario"] == "long":
+        return bool(facts["overlapped"] == 0 and facts["taken_over"] == facts["held_at_cut"])
+    return bool(facts["leases_lost"] == 0)
+
+
 def _totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
     long = [r["long"] for r in runs]
     stops = [ms for r in long for ms in r["stop_after_deadline_ms"]]
