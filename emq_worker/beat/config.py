@@ -17,6 +17,13 @@ from emq_worker.server.connection import DEFAULT_URL, validate_url
 RECEIPT_MARGIN_MS = 5_000
 """How much longer than the longest retry a settle receipt (or a claim memo) answers a re-send."""
 SOCKET_TIMEOUT_MARGIN_MS = 10_000
+STOP_MARGIN_FLOOR_MS = 100
+"""The derived stop margin's floor: an event loop blocked for up to about this long (a handler
+doing 30 ms of CPU work between awaits) still stops a cut-off handler before the server's
+deadline."""
+STOP_MARGIN_SHARE = 20
+"""The derived stop margin is at least lease_ms / STOP_MARGIN_SHARE (5 %): far above any clock-rate
+drift between two machines (a few hundred ppm at worst), and room for a longer loop stall."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +35,9 @@ class WorkerSettings:
     beat_ms: int = 1_000
     renew_every_ms: int = 0
     """0 means a third of lease_ms."""
+    stop_margin_ms: int = 0
+    """How long before the server may reap an unconfirmed lease its handler is cancelled; 0
+    means derived (`derived_stop_margin`)."""
     grace_ms: int = 20_000
     max_attempts: int = 3
     backoff: Backoff = DEFAULT_BACKOFF
@@ -88,12 +98,7 @@ class WorkerSettings:
             _at_least("process_pool", self.process_pool, 1)
         if not 0 <= self.node_id <= MAX_NODE_ID:
             raise ConfigError(f"node_id must be in [0, {MAX_NODE_ID}]; got {self.node_id}")
-        if self.renew_every_ms and self.lease_ms < 3 * self.renew_every_ms:
-            raise ConfigError(
-                f"lease_ms must be at least 3 x renew_every_ms so a missed tick is survived; "
-                f"got lease_ms={self.lease_ms}, renew_every_ms={self.renew_every_ms}",
-                setting="lease_ms",
-            )
+        self._check_renewal()
         if not self.wire_version:
             raise ConfigError("wire_version must not be empty", setting="wire_version")
         if self.http is not None:
@@ -102,9 +107,30 @@ class WorkerSettings:
             except ConfigError as exc:
                 raise ConfigError(str(exc), setting="http") from exc
 
+    def _check_renewal(self) -> None:
+        if self.renew_every_ms and self.lease_ms < 3 * self.renew_every_ms:
+            raise ConfigError(
+                f"lease_ms must be at least 3 x renew_every_ms so a missed tick is survived; "
+                f"got lease_ms={self.lease_ms}, renew_every_ms={self.renew_every_ms}",
+                setting="lease_ms",
+            )
+        _at_least("stop_margin_ms", self.stop_margin_ms, 0)
+        if self.stop_margin_ms > self.lease_ms - 2 * self.renew_interval_ms:
+            raise ConfigError(
+                f"stop_margin_ms must be at most lease_ms - 2 x the renewal interval "
+                f"({self.lease_ms - 2 * self.renew_interval_ms} ms), so that a lease renewed "
+                f"one tick late is still kept; got stop_margin_ms={self.stop_margin_ms}",
+                setting="stop_margin_ms",
+            )
+
     @property
     def renew_interval_ms(self) -> int:
         return self.renew_every_ms or self.lease_ms // 3
+
+    @property
+    def stop_margin(self) -> int:
+        """The stop margin in force: the setting, or when 0 `derived_stop_margin`."""
+        return self.stop_margin_ms or derived_stop_margin(self.lease_ms, self.renew_interval_ms)
 
     @property
     def socket_timeout_ms(self) -> int:
@@ -124,6 +150,13 @@ class WorkerSettings:
         come after the first sending (the settle batcher retries for settle_timeout_ms), and a
         margin for a command that waited in a stalled server's queue."""
         return self.settle_timeout_ms + RECEIPT_MARGIN_MS
+
+
+def derived_stop_margin(lease_ms: int, renew_interval_ms: int) -> int:
+    """max(STOP_MARGIN_FLOOR_MS, 5 % of the lease), at most half a renewal interval: the margin is
+    taken from the time a silent cut may last (see docs/explanation/leases.md), so it stays well
+    under the interval the renewal re-sends on."""
+    return min(max(STOP_MARGIN_FLOOR_MS, lease_ms // STOP_MARGIN_SHARE), renew_interval_ms // 2)
 
 
 def _at_least(name: str, value: int, low: int) -> None:

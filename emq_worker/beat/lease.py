@@ -1,14 +1,14 @@
 """Held leases: what the worker owns right now, and the task of the job running under each.
 
-A lease is confirmed when a claim or a renewal sweep that covered it was sent; if no sweep has
-confirmed it for a whole lease (by the worker's monotonic clock), the server has given it away
-and the worker stops that job itself.
+A lease is confirmed as of the send time of the last claim or renewal that covered it and was
+answered; if none has been for a lease less the stop margin (by the worker's monotonic clock),
+the server may give it away soon and the worker stops that job itself (deadlines.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,8 @@ class LeaseBook:
         self._emptied.set()
         self._settled = anyio.Event()
         self._settled.set()
+        self.on_add: Callable[[Lease], None] | None = None
+        """Told of every lease added (the local deadlines' timer watches it)."""
 
     def __len__(self) -> int:
         return self._size
@@ -103,6 +105,8 @@ class LeaseBook:
         leases[lease.job.id] = lease
         if self._emptied.is_set():
             self._emptied = anyio.Event()
+        if self.on_add is not None:
+            self.on_add(lease)
 
     def discard(self, lease: Lease) -> None:
         leases = self._by_queue.get(lease.job.queue, {})

@@ -1,16 +1,21 @@
 """The renewal sweep: every tick, one `renew` script call per queue renews every held lease.
 
-The cost of keeping K leases alive is one round trip per queue per tick, whatever K is. A lease
-the server reports lost cancels its job at once. If renewals keep failing (Redis unreachable)
-for a whole lease, the worker gives its leases up itself: the server has already given them away.
+The cost of keeping K leases alive is one round trip per queue per send, whatever K is. A lease
+the server reports lost cancels its job at once. A renewal that does not answer is left to
+finish on its own line (renewal_lines.py) while the queue's renewal is re-sent on another every
+quarter interval, so a short silent cut costs no lease. If no renewal is confirmed for a lease
+less the stop margin, a timer gives the lease up (deadlines.py), before the server may reap it.
 """
 
 from __future__ import annotations
 
 import anyio
+import anyio.abc
 from prometheus_client import CollectorRegistry, Histogram
 
+from emq_worker.beat.deadlines import LocalDeadlines
 from emq_worker.beat.lease import Lease
+from emq_worker.beat.renewal_lines import RenewalLines
 from emq_worker.beat.state import WorkerState
 from emq_worker.jobs import tracing
 from emq_worker.observe.log import get_logger
@@ -22,40 +27,84 @@ CANCEL = "cancel"
 """What renew reports for a held lease whose job an operator asked to cancel."""
 
 
+RESEND_SHARE = 4
+"""While a queue holds a lease unconfirmed for over one interval, its renewal is re-sent every
+interval / RESEND_SHARE on another line (renew is idempotent)."""
+
+
 class RenewalSweep:
-    def __init__(self, state: WorkerState) -> None:
+    def __init__(self, state: WorkerState, lines: RenewalLines | None = None) -> None:
         self.queues = state.queues
         self.book = state.book
         self.slots = state.slots
         self.settings = state.settings
         self.counters = state.counters
         self.clock = state.clock
+        self.lines = lines
+        """Where renewals are sent; None: on each queue's own client (an injected client)."""
         self.log = get_logger()
+        self.deadlines = LocalDeadlines(
+            state.book,
+            state.clock,
+            self.settings.lease_ms / 1000,
+            self.settings.stop_margin / 1000,
+            self._self_fence,
+        )
+        self._last_sent: dict[str, float] = {}
+        if self.settings.renew:
+            self.book.on_add = self.deadlines.watch
 
     async def run(self) -> None:
         interval = self.settings.renew_interval_ms / 1000
+        step = interval / RESEND_SHARE
+        for lease in self.book:  # (claimed before the sweep started)
+            self.deadlines.watch(lease)
         next_tick = self.clock.monotonic() + interval
-        while True:
-            await anyio.sleep(max(0.0, next_tick - self.clock.monotonic()))
-            next_tick = max(next_tick + interval, self.clock.monotonic())
-            await self.tick()
+        try:
+            async with anyio.create_task_group() as sends:
+                while True:
+                    now = self.clock.monotonic()
+                    await anyio.sleep(max(0.0, min(next_tick, now + step) - now))
+                    now = self.clock.monotonic()
+                    if now >= next_tick:
+                        next_tick = max(next_tick + interval, now)
+                        sends.start_soon(self.tick)
+                    else:
+                        self._resend_unconfirmed(sends, now, step)
+        finally:
+            self.deadlines.close()
 
     async def tick(self) -> None:
+        """Renew every held lease, one call per queue, all at once; return when each answered
+        or failed. A call that does not answer holds up nothing else: the next tick, the
+        re-sends and the local deadlines' timer go on without it."""
         sent_at = self.clock.monotonic()
-        # A renew that never answers (a partition that holds packets, a frozen server) must not
-        # hold up the self-fence: the calls get one renewal interval, then leases are judged by
-        # what was confirmed. Without this bound the sweep waits for the socket timeout, and
-        # jobs run on after another worker has taken them over.
-        with anyio.move_on_after(self.settings.renew_interval_ms / 1000) as bound:
-            async with anyio.create_task_group() as group:
-                for queue, leases in self.book.queues():
-                    group.start_soon(self._renew_queue, self.queues[queue], leases, sent_at)
-        if bound.cancelled_caught:
-            self.counters.renew_failures += 1
-            self.log.warning("renew_timed_out", after_ms=self.settings.renew_interval_ms)
-        self._self_fence()
+        async with anyio.create_task_group() as group:
+            for queue, leases in self.book.queues():
+                group.start_soon(self._renew_queue, queue, leases, sent_at)
 
-    async def _renew_queue(self, queue: Queue, leases: list[Lease], sent_at: float) -> None:
+    def _resend_unconfirmed(self, sends: anyio.abc.TaskGroup, now: float, step: float) -> None:
+        """Re-send a queue's renewal when it holds a lease unconfirmed for over an interval
+        (its last renewal is stuck or failed) and nothing was sent for it this step."""
+        interval = self.settings.renew_interval_ms / 1000
+        for queue, leases in self.book.queues():
+            oldest = min(lease.confirmed_at for lease in leases)
+            sent = self._last_sent.get(queue, oldest)
+            if now - oldest > interval and now - sent >= step * 0.9:
+                sends.start_soon(self._renew_queue, queue, leases, now)
+
+    async def _renew_queue(self, name: str, leases: list[Lease], sent_at: float) -> None:
+        if self.lines is None:
+            self._last_sent[name] = sent_at
+            await self._renew_on(self.queues[name], leases, sent_at)
+            return
+        with self.lines.idle() as line:
+            if line is None:  # every line has a renewal in flight: the next step tries again
+                return
+            self._last_sent[name] = sent_at
+            await self._renew_on(line.queue(name), leases, sent_at)
+
+    async def _renew_on(self, queue: Queue, leases: list[Lease], sent_at: float) -> None:
         try:
             lost = await queue.renew([lease.held for lease in leases], self.settings.lease_ms)
         except RETRYABLE as exc:  # e.g. OOM refuses renewals: the self-fence covers a long one
@@ -108,22 +157,21 @@ class RenewalSweep:
         tracing.lease_lost(lease.span, job.id, job.token, item.current, "renew")
         self._give_up(lease)
 
-    def _self_fence(self) -> None:
-        """Give up leases no sweep has confirmed for a whole lease (by our own clock)."""
-        horizon = self.clock.monotonic() - self.settings.lease_ms / 1000
-        for lease in self.book:
-            if lease.confirmed_at <= horizon and not lease.settling:
-                self.counters.self_fenced += 1
-                self.log.warning(
-                    "lease_self_fenced",
-                    queue=lease.job.queue,
-                    job_id=lease.job.id,
-                    token=lease.job.token,
-                    unconfirmed_ms=self.settings.lease_ms,
-                )
-                job = lease.job
-                tracing.lease_lost(lease.span, job.id, job.token, "", "unconfirmed")
-                self._give_up(lease)
+    def _self_fence(self, lease: Lease, now: float) -> None:
+        """Give up a lease past its local deadline: no renewal was confirmed for the lease
+        less the stop margin, so the server may reap it soon (deadlines.py)."""
+        self.counters.self_fenced += 1
+        job = lease.job
+        self.log.warning(
+            "lease_self_fenced",
+            queue=job.queue,
+            job_id=job.id,
+            token=job.token,
+            unconfirmed_ms=int((now - lease.confirmed_at) * 1000),
+            stop_margin_ms=self.settings.stop_margin,
+        )
+        tracing.lease_lost(lease.span, job.id, job.token, "", "unconfirmed")
+        self._give_up(lease)
 
     def _give_up(self, lease: Lease) -> None:
         lease.lose()

@@ -8,6 +8,7 @@ leases alive, then hand what is still held back to pending at once (fenced) and 
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from emq_worker.beat.lease import LeaseBook
 from emq_worker.beat.presence import WorkerRegistry
 from emq_worker.beat.queue_health import BACKOFF_CAP_S
 from emq_worker.beat.renewal import MeteredSweep, RenewalSweep
+from emq_worker.beat.renewal_lines import RenewalLines, renewal_connect_timeout_s
 from emq_worker.beat.runner import JobRunner
 from emq_worker.beat.settle import SettleBatcher
 from emq_worker.beat.state import StopSignal, WorkerState
@@ -111,10 +113,16 @@ class Worker:
     async def _run(self, client: Redis) -> None:
         scripts = Scripts()
         await scripts.load_all(client)
-        parts = self._assemble(client, scripts)
-        with anyio.CancelScope() as root:
-            self._root = root
-            await self._serve(parts)
+        lines = self._renewal_lines(scripts)
+        parts = self._assemble(client, scripts, lines)
+        try:
+            with anyio.CancelScope() as root:
+                self._root = root
+                await self._serve(parts)
+        finally:
+            if lines is not None:
+                with anyio.CancelScope(shield=True):
+                    await lines.aclose()
         self.http = None
         self.log.info("worker_stopped", forced=root.cancel_called, **self.counters.snapshot())
 
@@ -133,7 +141,23 @@ class Worker:
         self.ready.set()
         self.notifier.ready(f"serving {', '.join(settings.queues)}")
 
-    def _assemble(self, client: Redis, scripts: Scripts) -> Parts:
+    def _renewal_lines(self, scripts: Scripts) -> RenewalLines | None:
+        """The renewal's own connections (renewal_lines.py); None with an injected client, whose
+        pool then carries the renewals too."""
+        settings = self.settings
+        if self._client is not None or not settings.renew:
+            return None
+        dial = functools.partial(
+            connect,
+            settings.redis_url,
+            settings.wire_version,
+            socket_timeout_s=settings.lease_ms / 1000,  # an answer later than that is no use
+            connect_timeout_s=renewal_connect_timeout_s(settings.renew_interval_ms),
+            max_connections=1,
+        )
+        return RenewalLines(dial, scripts)
+
+    def _assemble(self, client: Redis, scripts: Scripts, lines: RenewalLines | None) -> Parts:
         settings = self.settings
         self.presence = WorkerRegistry(
             client, settings.queues, settings.concurrency, settings.beat_ms, settings.lease_ms
@@ -157,8 +181,8 @@ class Worker:
             registry=self.presence,
         )
         if registry is None or beat is None:
-            return Parts(queues, state.book, batcher, supervisor, RenewalSweep(state))
-        sweep = MeteredSweep(state).meter(registry)
+            return Parts(queues, state.book, batcher, supervisor, RenewalSweep(state, lines))
+        sweep = MeteredSweep(state, lines).meter(registry)
         collector = WorkerCollector(self.counters, state.book, beat)
         collector.loop_lag = self.loop_lag
         registry.register(collector)

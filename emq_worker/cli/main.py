@@ -130,6 +130,16 @@ def main() -> None:
     help="Renewal sweep cadence (0: the default).",
 )
 @click.option(
+    "--stop-margin-ms",
+    type=int,
+    show_envvar=True,
+    envvar="EMQ_STOP_MARGIN_MS",
+    default=0,
+    show_default="max(100, 5% of --lease-ms), at most half the renewal cadence",
+    help="How long before the server may reap an unconfirmed lease its handler is cancelled "
+    "(0: the default).",
+)
+@click.option(
     "--grace-ms",
     type=int,
     show_envvar=True,
@@ -228,6 +238,7 @@ def run(
     lease_ms: int,
     beat_ms: int,
     renew_every_ms: int,
+    stop_margin_ms: int,
     grace_ms: int,
     max_attempts: int,
     backoff: str,
@@ -258,6 +269,7 @@ def run(
             lease_ms=lease_ms,
             beat_ms=beat_ms,
             renew_every_ms=renew_every_ms,
+            stop_margin_ms=stop_margin_ms,
             grace_ms=grace_ms,
             max_attempts=max_attempts,
             backoff=policy,

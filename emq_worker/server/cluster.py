@@ -245,6 +245,7 @@ def connect_cluster(
     wire_version: str,
     *,
     socket_timeout_s: float | None = None,
+    connect_timeout_s: float = 5.0,
     max_connections: int = NODE_CONNECTIONS,
     wrap_connection: Callable[[type[AbstractConnection]], type[AbstractConnection]] | None = None,
 ) -> Redis:
@@ -263,7 +264,7 @@ def connect_cluster(
         decode_responses=False,
         max_connections=max(max_connections, NODE_CONNECTIONS),
         socket_timeout=float(options.get("socket_timeout", socket_timeout_s or 0)) or None,
-        socket_connect_timeout=float(options.get("socket_connect_timeout", 5.0)),
+        socket_connect_timeout=float(options.get("socket_connect_timeout", connect_timeout_s)),
         client_name=options.get("client_name"),
     )
     if wrap_connection is not None:  # e.g. hiredis command packing, as for a single server

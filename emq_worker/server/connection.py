@@ -27,6 +27,8 @@ from emq_worker.server.resend import ResendOnce
 from emq_worker.server.urls import split_url
 
 SCHEMES = ("redis", "rediss", "unix")
+CONNECT_TIMEOUT_S = 5.0
+"""How long one dial may take, by default."""
 POOL_WAIT_S = 20.0
 """How long a command waits for a free pooled connection before it fails."""
 
@@ -113,6 +115,7 @@ def connect(
     wire_version: str,
     *,
     socket_timeout_s: float | None = None,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
     max_connections: int = 32,
     **options: Any,
 ) -> Redis:
@@ -126,7 +129,8 @@ def connect(
     `server.resend.resend_once()` (the idempotent verbs).
 
     A `redis+cluster://` URL gets a cluster client instead (server.cluster), fenced once per
-    discovery of the cluster rather than per connection.
+    discovery of the cluster rather than per connection. `connect_timeout_s` bounds each dial
+    (a URL's own `socket_connect_timeout` wins on a cluster).
     """
     validate_url(url)
     if is_cluster_url(url):
@@ -134,6 +138,7 @@ def connect(
             url,
             wire_version,
             socket_timeout_s=socket_timeout_s,
+            connect_timeout_s=connect_timeout_s,
             max_connections=max_connections,
             wrap_connection=_packed_by_hiredis,
         )
@@ -150,7 +155,7 @@ def connect(
         "timeout": POOL_WAIT_S,
         "decode_responses": False,
         "socket_timeout": socket_timeout_s,
-        "socket_connect_timeout": 5.0,
+        "socket_connect_timeout": connect_timeout_s,
         "redis_connect_func": fenced_on_connect,
         "retry": ResendOnce(),
         **_without_maintenance_notices(),
