@@ -156,12 +156,14 @@ async def _one_run(side: Side, run: int, rng: random.Random) -> dict[str, Any]:
     long_ids, settling = await _claim_all(side, release)
     rescuer = (await side.fleet.start(1))[0]
     cut_at = await _cut_at(side, rng, long_ids[0])
-    release.write_text(str(cut_at + SETTLE_AFTER_CUT_S), encoding="utf-8")
     deadlines = Deadlines(size.queue, [*long_ids, *settling])
     cut_leases = size.cut_leases if size.scenario == "long" else size.short_leases
     async with anyio.create_task_group() as group:
         await anyio.sleep(max(0.0, cut_at - time.time()))
         side.cut.cut()
+        # Released once the link is down (`ip` can take tens of ms on a loaded machine), so
+        # these handlers return, and send their completions, inside the cut.
+        release.write_text(str(time.time() + SETTLE_AFTER_CUT_S), encoding="utf-8")
         side.fleet.faults.append(Fault("partition", time.monotonic(), side.holder.pid))
         group.start_soon(deadlines.poll, side.client)
         await anyio.sleep(max(0.0, cut_at + cut_leases * size.lease_ms / 1000 - time.time()))
