@@ -32,7 +32,7 @@ import redis
 
 from tests.chaos.ledger import LEDGER_ENV
 from tests.support.processes import EMQ_WORKER, REPO_ROOT, WorkerProcess, WorkerProcesses
-from tests.support.server import REDIS_SERVER
+from tests.support.server import REDIS_SERVER, pid_alive
 
 PREFIX = "emqcut"
 SERVER_ADDRESS = "10.77.0.1"
@@ -92,6 +92,7 @@ class Partition:
 @contextmanager
 def partition() -> Iterator[Partition]:
     """Two fresh namespaces joined by a veth pair, linked up; deleted on exit."""
+    remove_orphans()
     tag = f"{PREFIX}-{os.getpid()}-{next(_serial)}"
     made = Partition(f"{tag}-s", f"{tag}-a")
     try:
@@ -125,6 +126,17 @@ def partition() -> Iterator[Partition]:
     finally:
         for namespace in (made.worker_ns, made.server_ns):
             _ip("netns", "del", namespace, check=False)
+
+
+def remove_orphans() -> None:
+    """Delete namespaces this module made in a process that is gone (one killed before its
+    `finally` ran): their names carry the maker's pid."""
+    for line in _ip("netns", "list", check=False).stdout.splitlines():
+        name = line.split(" ", 1)[0]
+        parts = name.split("-")
+        ours = len(parts) == 4 and parts[0] == PREFIX and parts[1].isdigit()
+        if ours and not pid_alive(int(parts[1])):
+            _ip("netns", "del", name, check=False)
 
 
 def _link_pair(made: Partition) -> list[str]:
