@@ -27,7 +27,7 @@ from tests.chaos.test_connections import HELD_CI, KILL_CI, LOST_CI
 from tests.chaos.test_enqueue_resend import RESEND_CI
 from tests.chaos.test_kill_recovery import CI_SIZE as RECOVERY_CI
 from tests.chaos.test_lanes_kill import CI_SIZE as LANES_CI
-from tests.chaos.test_netns_partitions import HOG_CI, LONG_CI, RANDOM_CI, TICK_CI
+from tests.chaos.test_netns_partitions import HOG_CI, LATE_CI, LONG_CI, RANDOM_CI, TICK_CI
 from tests.chaos.test_partitions import LATENCY_CI, SHORT_CI
 from tests.chaos.test_partitions import LONG_CI as LONGCUT_CI
 from tests.chaos.test_poison import BYSTANDERS_CI
@@ -74,6 +74,7 @@ SPECS: dict[str, Spec] = {
     ),
     "netns-long": Spec(netcut.partition_runs, LONG_CI, netcut.CutSize("long")),
     "netns-hog": Spec(netcut.partition_runs, HOG_CI, netcut.CutSize("long", hog=True)),
+    "netns-late": Spec(netcut.partition_runs, LATE_CI, netcut.CutSize("late")),
     "netns-tick": Spec(netcut.partition_runs, TICK_CI, netcut.CutSize("tick")),
     "netns-random": Spec(netcut.partition_runs, RANDOM_CI, netcut.CutSize("random")),
 }

@@ -74,6 +74,23 @@ async def hog(ctx: JobContext, ms: int, block_ms: int = 30, every_ms: int = 100)
 
 
 @app.task
+async def stall(ctx: JobContext, release: str, block_ms: int, ms: int) -> None:
+    """On the first attempt, block the event loop `block_ms` from the wall time written in
+    `release` (so a test can make one renewal tick late), then hold `ms`; a cancellation is
+    recorded as `stopped`."""
+    record(START, ctx)
+    try:
+        if ctx.attempt == 1:
+            await anyio.sleep(max(0.0, await _released_at(Path(release)) - time.time()))
+            time.sleep(block_ms / 1000)  # noqa: ASYNC251 - blocking the loop is the point
+            await anyio.sleep(ms / 1000)
+    except anyio.get_cancelled_exc_class():
+        record(STOPPED, ctx)
+        raise
+    record(DONE, ctx)
+
+
+@app.task
 async def block_loop(ctx: JobContext, ms: int, attempts: int = 1) -> None:
     """Block the event loop itself for `ms` (a handler doing sync I/O in async code), on the
     first `attempts` attempts only, so a re-run can finish."""

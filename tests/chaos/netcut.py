@@ -8,6 +8,8 @@ sent into it; B starts (nothing is left for it to claim); the link goes down.
 - `long` (a cut of `cut_leases` leases, more than one): B must take over every job A held, and
   A must stop each handler before B starts it (the ledger's `stopped` against B's `start`, and
   both against the server's deadline); A's writes after the heal must all be refused.
+- `late`: the same, but A's last renewal before the cut was sent 25 ms late (a handler blocked
+  its event loop for 30 ms from 5 ms before the tick), and the cut starts 100 ms after that tick.
 - `tick`: a cut of `short_leases` of a lease, starting 30 ms before A's renewal tick (found from
   the instants A's renewals moved a deadline): no lease may be lost.
 - `random`: the same cut at a random instant.
@@ -49,8 +51,13 @@ from tests.chaos.rows import (
 )
 from tests.support.processes import REPO_ROOT, WorkerProcess, WorkerProcesses
 
-SCENARIOS = ("long", "tick", "random")
+SCENARIOS = ("long", "late", "tick", "random")
+LONG_CUTS = ("long", "late")
 BEFORE_TICK_S = 0.030
+LATE_TICK_MS = 30
+"""How long the `late` scenario blocks A's loop, from 5 ms before its renewal tick."""
+AFTER_LATE_TICK_S = 0.1
+"""The `late` cut begins this long after the tick: its renewal has been answered."""
 SETTLE_AFTER_CUT_S = 0.010
 DRAIN_WITHIN_S = 60.0
 
@@ -132,6 +139,9 @@ async def _claim_all(side: Side, release: Path) -> tuple[list[str], list[str]]:
     long_ids = await enqueue(client, queue, size.long_jobs, "hold", ms=job_ms, again_ms=50)
     if size.hog:
         long_ids += await enqueue(client, queue, 1, "hog", ms=job_ms)
+    if size.scenario == "late":
+        stall = {"release": str(_stall_file(release)), "block_ms": LATE_TICK_MS, "ms": job_ms}
+        long_ids += await enqueue(client, queue, 1, "stall", **stall)
     settling = await enqueue(client, queue, size.settling_jobs, "hold", release=str(release))
     started = await wait_started(side.fleet.processes, [*long_ids, *settling])
     strays = [e.job for e in started if e.pid != side.holder.pid]
@@ -139,12 +149,19 @@ async def _claim_all(side: Side, release: Path) -> tuple[list[str], list[str]]:
     return long_ids, settling
 
 
-async def _cut_at(side: Side, rng: random.Random, job: str) -> float:
+def _stall_file(release: Path) -> Path:
+    return release.with_name(f"{release.name}-stall")
+
+
+async def _cut_at(side: Side, rng: random.Random, job: str, release: Path) -> float:
     """When this run's cut begins (wall seconds), by scenario."""
     size = side.size
-    if size.scenario == "tick":
+    if size.scenario in ("tick", "late"):
         tick = await next_renewal(side.client, size.queue, job, size.lease_ms, size.renew_every_ms)
-        return tick - BEFORE_TICK_S
+        if size.scenario == "tick":
+            return tick - BEFORE_TICK_S
+        _stall_file(release).write_text(str(tick - 0.005), encoding="utf-8")
+        return tick + AFTER_LATE_TICK_S
     if size.scenario == "random":
         return time.time() + 0.05 + rng.uniform(0, size.renew_every_ms / 1000)
     return time.time() + 0.05
@@ -155,9 +172,9 @@ async def _one_run(side: Side, run: int, rng: random.Random) -> dict[str, Any]:
     release = side.fleet.processes.directory / f"release-{run}"
     long_ids, settling = await _claim_all(side, release)
     rescuer = (await side.fleet.start(1))[0]
-    cut_at = await _cut_at(side, rng, long_ids[0])
+    cut_at = await _cut_at(side, rng, long_ids[0], release)
     deadlines = Deadlines(size.queue, [*long_ids, *settling])
-    cut_leases = size.cut_leases if size.scenario == "long" else size.short_leases
+    cut_leases = size.cut_leases if size.scenario in LONG_CUTS else size.short_leases
     async with anyio.create_task_group() as group:
         await anyio.sleep(max(0.0, cut_at - time.time()))
         side.cut.cut()
@@ -211,7 +228,7 @@ def promise_kept(result: RowResult) -> bool:
     """Issue 26's promise for the row, beyond the checker's verdict: no job ran on both workers
     at once, and a short cut cost no lease."""
     facts = result.facts
-    if result.sizes["scenario"] == "long":
+    if result.sizes["scenario"] in LONG_CUTS:
         return bool(facts["overlapped"] == 0 and facts["taken_over"] == facts["held_at_cut"])
     return bool(facts["leases_lost"] == 0)
 
