@@ -53,22 +53,32 @@ class Deadlines:
             await anyio.sleep(POLL_S)
 
 
-async def next_renewal(client: Redis, queue: str, job: str, lease_ms: int, every_ms: int) -> float:
-    """The wall time (s) of the holder's next renewal tick after two observed renewals of
-    `job` (the ticks keep a fixed schedule; two confirm the phase), at least 100 ms ahead."""
+async def next_renewal(
+    client: Redis, queue: str, jobs: Sequence[str], lease_ms: int, every_ms: int
+) -> float:
+    """The wall time (s) of the holder's next renewal tick, at least 100 ms ahead, from two
+    observed renewals of any of `jobs` (the ticks keep a fixed schedule; a renewal sets a
+    deadline to server TIME + lease)."""
     key = QueueKeys.of(queue).active
     renewed: list[float] = []
-    last: float | None = None
+    last: dict[str, float] = {}
 
     async def moved_twice() -> bool:
-        nonlocal last
-        score = await client.zscore(key, job)
-        if score is not None and last is not None and score != last:
-            renewed.append((float(score) - lease_ms) / 1000)
-        last = score
+        async with client.pipeline(transaction=False) as pipe:
+            for job in jobs:
+                pipe.zscore(key, job)
+            scores = await pipe.execute()
+        for job, score in zip(jobs, scores, strict=True):
+            if score is None:
+                continue
+            if job in last and score != last[job]:
+                at = (float(score) - lease_ms) / 1000
+                if not renewed or at - renewed[-1] > every_ms / 2000:
+                    renewed.append(at)
+            last[job] = float(score)
         return len(renewed) >= 2
 
-    await eventually(moved_twice, timeout=10 * every_ms / 1000, what=f"two renewals of {job}")
+    await eventually(moved_twice, timeout=20 * every_ms / 1000, what=f"two renewals in {queue}")
     tick = renewed[-1] + every_ms / 1000
     now = await _server_seconds(client)
     while tick < now + 0.1:

@@ -153,11 +153,11 @@ def _stall_file(release: Path) -> Path:
     return release.with_name(f"{release.name}-stall")
 
 
-async def _cut_at(side: Side, rng: random.Random, job: str, release: Path) -> float:
+async def _cut_at(side: Side, rng: random.Random, jobs: list[str], release: Path) -> float:
     """When this run's cut begins (wall seconds), by scenario."""
     size = side.size
     if size.scenario in ("tick", "late"):
-        tick = await next_renewal(side.client, size.queue, job, size.lease_ms, size.renew_every_ms)
+        tick = await next_renewal(side.client, size.queue, jobs, size.lease_ms, size.renew_every_ms)
         if size.scenario == "tick":
             return tick - BEFORE_TICK_S
         _stall_file(release).write_text(str(tick - 0.005), encoding="utf-8")
@@ -172,7 +172,7 @@ async def _one_run(side: Side, run: int, rng: random.Random) -> dict[str, Any]:
     release = side.fleet.processes.directory / f"release-{run}"
     long_ids, settling = await _claim_all(side, release)
     rescuer = (await side.fleet.start(1))[0]
-    cut_at = await _cut_at(side, rng, long_ids[0], release)
+    cut_at = await _cut_at(side, rng, long_ids, release)
     deadlines = Deadlines(size.queue, [*long_ids, *settling])
     cut_leases = size.cut_leases if size.scenario in LONG_CUTS else size.short_leases
     async with anyio.create_task_group() as group:
