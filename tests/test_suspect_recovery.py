@@ -103,6 +103,8 @@ async def thawed_start_or_skip(workers: WorkerProcesses, a: WorkerProcess, job: 
             return started[0]
         if a.find("job_not_started", job_id=job):
             return Entry("skipped", job, 1, a.pid)
+        if a.find("lease_self_fenced", job_id=job):  # past its local deadline: never started
+            return Entry("skipped", job, 1, a.pid)
         return None
 
     found = await eventually(probe, timeout=15, what=f"{a.name} to start or skip {job}")

@@ -1,0 +1,49 @@
+"""On a `redis+cluster://` URL the renewals go on the worker's own cluster clients (one per
+renewal line) and keep every lease, on every primary, while the handlers run past a lease."""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+from redis.asyncio import Redis
+
+from emq_worker import App, JobContext, Producer
+from tests.cluster.conftest import spread_queues
+from tests.support.cluster import ClusterOfServers
+from tests.support.running import running_worker, worker_settings
+from tests.support.wait import until
+
+
+async def test_renewal_lines_on_a_cluster_keep_leases_on_every_primary(
+    cluster: ClusterOfServers, cluster_client: Redis
+) -> None:
+    queues = tuple(spread_queues(cluster, f"lines{os.getpid()}", per_node=1))
+    started: list[str] = []
+    release = anyio.Event()
+    app = App()
+
+    @app.task
+    async def held(ctx: JobContext) -> None:
+        started.append(ctx.queue)
+        await release.wait()
+
+    producer = Producer(cluster_client)
+    for queue in queues:
+        await producer.enqueue(queue, "held")
+    options = worker_settings(queues, cluster.url, lease_ms=900, renew_every_ms=300, beat_ms=100)
+    with anyio.fail_after(30):
+        async with running_worker(options, app) as worker:
+            await until(lambda: len(started) == len(queues), what="a job held on each queue")
+            sweeps = worker.counters.renew_sweeps
+            # Two leases' worth of renewals, one call per queue per tick.
+            await until(
+                lambda: worker.counters.renew_sweeps >= sweeps + 6 * len(queues),
+                what="renewals for two leases",
+            )
+            held_counters = worker.counters.snapshot()
+            release.set()
+            await until(lambda: worker.counters.completed == len(queues), what="all completed")
+    assert held_counters["self_fenced"] == held_counters["leases_lost"] == 0, held_counters
+    assert held_counters["renew_failures"] == 0, held_counters
+    assert held_counters["reaped"] == 0, held_counters
