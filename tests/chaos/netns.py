@@ -109,19 +109,8 @@ def partition() -> Iterator[Partition]:
             # A permanent neighbour entry outlives the carrier loss: without it the kernel
             # flushes the entry at the cut and holds new packets in the ARP queue, releasing
             # them at the heal, so nothing sent into the cut would be lost.
-            _ip(
-                "-n",
-                namespace,
-                "neigh",
-                "replace",
-                peer,
-                "lladdr",
-                peer_mac,
-                "dev",
-                link,
-                "nud",
-                "permanent",
-            )
+            neighbour = (peer, "lladdr", peer_mac, "dev", link, "nud", "permanent")
+            _ip("-n", namespace, "neigh", "replace", *neighbour)
         yield made
     finally:
         for namespace in (made.worker_ns, made.server_ns):
