@@ -113,13 +113,20 @@ class Takeover:
 
 
 def takeovers(
-    events: Sequence[Event], held: Sequence[str], holder: int, deadlines: dict[str, float]
+    events: Sequence[Event],
+    jobs: Sequence[str],
+    holder: int,
+    deadlines: dict[str, float],
+    cut_at: float,
 ) -> list[Takeover]:
-    """Per job in `held` (attempt 1 run by pid `holder`): its stop and its restart."""
+    """Per job of `jobs` whose attempt 1 pid `holder` was still running at `cut_at` (wall
+    seconds): its stop and its restart."""
     found = []
-    for job in held:
+    for job in jobs:
         mine = [e for e in events if e.job == job and e.pid == holder and e.attempt == 1]
         ends = [e for e in mine if e.kind in (STOPPED, DONE)]
+        if ends and ends[0].wall < cut_at:
+            continue  # it ended before the cut: not held
         again = [e for e in events if e.job == job and e.kind == START and e.attempt > 1]
         deadline = deadlines.get(job)
         found.append(

@@ -78,7 +78,8 @@ class CutSize:
     short_leases: float = 0.4
     """How long the `tick` and `random` cuts last, in leases."""
     job_leases: float = 4.0
-    """How long a long job's first attempt runs, in leases (past any short cut)."""
+    """How long a long job's first attempt runs, in leases past a short cut (and past a long
+    cut's own length)."""
 
     def holder_args(self, url: str) -> list[str]:
         """`emq-worker run` arguments for A (B's fleet adds queue, URL, lease and beat)."""
@@ -135,7 +136,10 @@ async def sides(directory: Path, size: CutSize) -> AsyncIterator[Side]:
 async def _claim_all(side: Side, release: Path) -> tuple[list[str], list[str]]:
     """Enqueue one run's jobs and wait until A runs them all: (long ones, settling ones)."""
     size, client, queue = side.size, side.client, side.size.queue
-    job_ms = int(size.lease_ms * size.job_leases)
+    # A long cut's jobs outlast the cut itself: however long B takes to start on a loaded
+    # machine, A is still running them when the link goes down.
+    cut = size.cut_leases if size.scenario in LONG_CUTS else 0.0
+    job_ms = int(size.lease_ms * (size.job_leases + cut))
     long_ids = await enqueue(client, queue, size.long_jobs, "hold", ms=job_ms, again_ms=50)
     if size.hog:
         long_ids += await enqueue(client, queue, 1, "hog", ms=job_ms)
@@ -190,8 +194,8 @@ async def _one_run(side: Side, run: int, rng: random.Random) -> dict[str, Any]:
     rescuer.send(signal.SIGTERM)
     await rescuer.wait_exit(STOP_WITHIN_S)
     events = read_ledger(side.fleet.processes.ledger.path.parent)
-    held = takeovers(events, long_ids, side.holder.pid, deadlines.ms)
-    settled = takeovers(events, settling, side.holder.pid, deadlines.ms)
+    held = takeovers(events, long_ids, side.holder.pid, deadlines.ms, cut_at)
+    settled = takeovers(events, settling, side.holder.pid, deadlines.ms, cut_at)
     return _run_facts(run, cut_at, held, settled)
 
 
