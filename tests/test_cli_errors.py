@@ -32,8 +32,20 @@ def run(*args: str) -> tuple[int, str]:
         (["--queue", "orders", "--app", "nosuch:app", "--redis-url", URL], "'nosuch'"),
         (["--queue", "orders", "--app", "tests.apps.ledger:nope", "--redis-url", URL], "'tests"),
         (["--queue", "orders", "--app", APP, "--lease-ms", "5"], "'--lease-ms'"),
+        (
+            ["--queue", "orders", "--app", APP, "--lease-ms", "1500", "--stop-margin-ms", "600"],
+            "got stop_margin_ms=600",
+        ),
     ],
-    ids=["queue-with-space", "queue", "url-scheme", "app-module", "app-attribute", "lease"],
+    ids=[
+        "queue-with-space",
+        "queue",
+        "url-scheme",
+        "app-module",
+        "app-attribute",
+        "lease",
+        "stop-margin",
+    ],
 )
 def test_run_rejects_bad_input_naming_it(args: list[str], named: str) -> None:
     code, output = run(*args)

@@ -23,7 +23,8 @@ from emq_worker.protocol.values import HeldLease
 class Lease:
     job: ClaimedJob
     confirmed_at: float
-    """Monotonic time at which the last claim or renewal covering this lease was sent."""
+    """Monotonic time at which the last claim or renewal covering this lease that the server
+    answered was sent: the lease's local deadline is this plus the lease less the stop margin."""
     task: asyncio.Task[None] | None = None
     """The job's task once it runs: a lost lease cancels exactly this task."""
     lost: bool = False
