@@ -25,12 +25,14 @@ from typing import Any
 import anyio
 
 from emq_worker.observe import log
-from tests.chaos import lanes, publish, recovery, resend, rows
+from tests.chaos import lanes, netcut, netns, publish, recovery, resend, rows
 from tests.chaos.test_connections import HELD_CI, KILL_CI, LOST_CI
 from tests.chaos.test_enqueue_resend import RESEND_CI
 from tests.chaos.test_kill_recovery import CI_SIZE as RECOVERY_CI
 from tests.chaos.test_lanes_kill import CI_SIZE as LANES_CI
-from tests.chaos.test_partitions import LATENCY_CI, LONG_CI, SHORT_CI
+from tests.chaos.test_netns_partitions import HOG_CI, LATE_CI, LONG_CI, RANDOM_CI, TICK_CI
+from tests.chaos.test_partitions import LATENCY_CI, SHORT_CI
+from tests.chaos.test_partitions import LONG_CI as LONGCUT_CI
 from tests.chaos.test_poison import BYSTANDERS_CI
 from tests.chaos.test_poison import CI_SIZE as POISON_CI
 from tests.chaos.test_redis_restart import AMNESIA_CI, RESTART_CI
@@ -67,14 +69,20 @@ SPECS: dict[str, Spec] = {
     ),
     "heldkill": Spec(rows.held_kills, HELD_CI, rows.HeldKillSize()),
     "shortcut": Spec(rows.short_partitions, SHORT_CI, rows.PartitionSize(rounds=5, lease_ms=3_000)),
-    "longcut": Spec(rows.long_partitions, LONG_CI, rows.PartitionSize(rounds=5)),
+    "longcut": Spec(rows.long_partitions, LONGCUT_CI, rows.PartitionSize(rounds=5)),
     "latency": Spec(rows.slow_network, LATENCY_CI, rows.LatencySize()),
     "lanes": Spec(
         lanes.lanes_kill,
         LANES_CI,
         lanes.LanesKillSize(deep_jobs=10_000, small_groups=40, small_jobs=50, kills=20),
     ),
+    "netns-long": Spec(netcut.partition_runs, LONG_CI, netcut.CutSize("long")),
+    "netns-hog": Spec(netcut.partition_runs, HOG_CI, netcut.CutSize("long", hog=True)),
+    "netns-late": Spec(netcut.partition_runs, LATE_CI, netcut.CutSize("late")),
+    "netns-tick": Spec(netcut.partition_runs, TICK_CI, netcut.CutSize("tick")),
+    "netns-random": Spec(netcut.partition_runs, RANDOM_CI, netcut.CutSize("random")),
 }
+NEEDS_NAMESPACES = ("netns-",)
 
 COLUMNS = (
     ("row", 36),
@@ -108,10 +116,18 @@ async def run_rows(names: list[str], full: bool) -> list[dict[str, Any]]:
     for name in names:
         spec = SPECS[name]
         size = spec.full if full else spec.ci
+        skipped = netns.unavailable() if name.startswith(NEEDS_NAMESPACES) else None
+        if skipped is not None:
+            print(f"--- {name}: skipped: {skipped}", file=sys.stderr, flush=True)
+            records.append({"name": name, "ok": True, "skipped": skipped})
+            continue
         print(f"--- {name}: {size}", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as directory:
             result = await spec.run(Path(directory), size)
-        record = {"name": name, "ok": result.verdict.ok, **result.record()}
+        ok = result.verdict.ok and (
+            spec.run is not netcut.partition_runs or netcut.promise_kept(result)
+        )
+        record = {"name": name, "ok": ok, **result.record()}
         print(json.dumps(record), file=sys.stderr, flush=True)
         records.append(record)
     return records

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import anyio
 
 from emq_worker import App, JobContext
-from tests.chaos.ledger import DONE, START, record
+from tests.chaos.ledger import DONE, START, STOPPED, record
+from tests.support.wait import eventually
 
 app = App()
 
@@ -25,6 +27,66 @@ async def work(ctx: JobContext, ms: int = 0) -> None:
     record(START, ctx)
     if ms:
         await anyio.sleep(ms / 1000)
+    record(DONE, ctx)
+
+
+RELEASE_WITHIN_S = 120.0
+
+
+@app.task
+async def hold(ctx: JobContext, ms: int = 0, again_ms: int = 0, release: str = "") -> None:
+    """Hold the first attempt `ms` (later ones `again_ms`), or, with `release`, until the wall
+    time written in that file (polled), so a test can end it at an instant it chooses. A
+    cancellation is recorded as `stopped` (the instant the handler learnt it must stop)."""
+    record(START, ctx)
+    try:
+        if release:
+            await anyio.sleep(max(0.0, await _released_at(Path(release)) - time.time()))
+        else:
+            await anyio.sleep((ms if ctx.attempt == 1 else again_ms) / 1000)
+    except anyio.get_cancelled_exc_class():
+        record(STOPPED, ctx)
+        raise
+    record(DONE, ctx)
+
+
+async def _released_at(path: Path) -> float:
+    """The wall time in `path`, once the test has written it (a write of a few bytes)."""
+    released = anyio.Path(path)
+    await eventually(released.exists, timeout=RELEASE_WITHIN_S, what=f"{path} written")
+    return float(await released.read_text(encoding="utf-8"))
+
+
+@app.task
+async def hog(ctx: JobContext, ms: int, block_ms: int = 30, every_ms: int = 100) -> None:
+    """Block the event loop `block_ms` in every `every_ms` for `ms` on the first attempt (a
+    handler doing some sync work between awaits); a cancellation is recorded as `stopped`."""
+    record(START, ctx)
+    try:
+        end = time.monotonic() + (ms if ctx.attempt == 1 else 0) / 1000
+        while time.monotonic() < end:
+            time.sleep(block_ms / 1000)  # noqa: ASYNC251 - blocking the loop is the point
+            await anyio.sleep((every_ms - block_ms) / 1000)
+    except anyio.get_cancelled_exc_class():
+        record(STOPPED, ctx)
+        raise
+    record(DONE, ctx)
+
+
+@app.task
+async def stall(ctx: JobContext, release: str, block_ms: int, ms: int) -> None:
+    """On the first attempt, block the event loop `block_ms` from the wall time written in
+    `release` (so a test can make one renewal tick late), then hold `ms`; a cancellation is
+    recorded as `stopped`."""
+    record(START, ctx)
+    try:
+        if ctx.attempt == 1:
+            await anyio.sleep(max(0.0, await _released_at(Path(release)) - time.time()))
+            time.sleep(block_ms / 1000)  # noqa: ASYNC251 - blocking the loop is the point
+            await anyio.sleep(ms / 1000)
+    except anyio.get_cancelled_exc_class():
+        record(STOPPED, ctx)
+        raise
     record(DONE, ctx)
 
 

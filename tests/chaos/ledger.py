@@ -6,8 +6,10 @@ SIGKILL loses no line already written. The file is `<dir>/ledger-<pid>.jsonl`, w
 the parent of the path in `EMQ_TEST_LEDGER` (tests/support/processes.py sets it per fleet).
 
 Kinds: `start` (the handler began attempt `attempt`), `done` (the handler is about to return
-normally). A handler cannot see whether its completion is accepted (settle is batched after it
-returns): accepted writes are read from the worker logs and Redis by checker.py.
+normally), `stopped` (the handler saw its cancellation, e.g. its worker gave the lease up;
+written by the handlers that measure when they stop). A handler cannot see whether its
+completion is accepted (settle is batched after it returns): accepted writes are read from
+the worker logs and Redis by checker.py.
 
 Reader side: `read_ledger(directory)` merges every process's file into one list of `Event`s
 ordered by `mono` (CLOCK_MONOTONIC is system-wide on Linux, so times compare across processes).
@@ -25,6 +27,7 @@ from typing import IO, Protocol
 LEDGER_ENV = "EMQ_TEST_LEDGER"
 START = "start"
 DONE = "done"
+STOPPED = "stopped"
 
 
 class HasJob(Protocol):
