@@ -91,3 +91,6 @@ class Proc:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+        self._reader.join(timeout=5)  # it reads to the end of the dead process's output
+        if self.process.stdout is not None:
+            self.process.stdout.close()
