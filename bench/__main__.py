@@ -74,7 +74,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small N, one repetition (< 60 s)")
     parser.add_argument("--repeat", type=int, help="repetitions, median reported (full: 3)")
-    parser.add_argument("--only", default="emq,arq,saq", help="systems, e.g. emq,saq")
+    parser.add_argument(
+        "--only", default=",".join(SYSTEMS), help=f"systems (default all: {','.join(SYSTEMS)})"
+    )
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=",".join(SCENARIOS))
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "latest.json")
     parser.add_argument(
@@ -133,8 +135,10 @@ def prepare(systems: list[System], uvloop: bool, refresh: bool) -> dict[str, Any
         if seconds is not None:
             print(f"created {system.venv} in {seconds:.1f} s", file=sys.stderr)
     found = {system.name: versions(system) for system in systems}
-    if uvloop:
-        missing = [s.label for s in systems if "uvloop" not in found[s.name]]
+    if uvloop:  # (Node.js has one loop, libuv's)
+        missing = [
+            s.label for s in systems if s.runtime == "python" and "uvloop" not in found[s.name]
+        ]
         if missing:
             raise BenchError(f"uvloop is not installed for {', '.join(missing)}")
     return {"venv_build_s": built, "versions": found}
@@ -254,7 +258,8 @@ def _preamble(
     )
     return (
         f"\n{info['nproc']} cores ({info['cpu_model']}), {info['server']}, "
-        f"Python {info['python']}, {'uvloop' if uvloop else 'asyncio event loop'} everywhere; "
+        f"Python {info['python']}, {'uvloop' if uvloop else 'asyncio event loop'} for every "
+        "Python system; "
         f"{'Redis + driver on core 0, worker on core 1' if pinned else 'no CPU pinning'}; "
         f"median of {plan.repeat}; drains of {plan.drain_n} jobs; {peers}; "
         f"took {elapsed:.0f} s.\n"

@@ -28,7 +28,7 @@ class Harness:
 
     def launch(self, system: System, cfg: dict[str, Any], core: int | None) -> Proc:
         full = {"url": self.redis.url, "queue": QUEUE, "uvloop": self.uvloop, **cfg}
-        return Proc(system.python, system.module, full, core, self.logs / f"{system.name}.log")
+        return Proc(system.command(), full, core, self.logs / f"{system.name}.log")
 
     def fill(self, system: System, n: int, task: str, kwargs: dict[str, Any] | None = None) -> None:
         """Pre-enqueue n jobs with the system's own producer (on the worker's core: no worker

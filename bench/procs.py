@@ -20,14 +20,15 @@ class BenchError(RuntimeError):
 
 
 class Proc:
-    """One runner process: `python -m <module> '<json cfg>'`, stdout read line by line."""
+    """One runner process: `<command> '<json cfg>'` (`python -m <module>`, or `node <script>`),
+    stdout read line by line."""
 
     def __init__(
-        self, python: Path, module: str, cfg: dict[str, Any], core: int | None, log: Path
+        self, command: list[str], cfg: dict[str, Any], core: int | None, log: Path
     ) -> None:
-        self.name = f"{module} {cfg.get('mode')}"
+        self.name = f"{log.stem} runner {cfg.get('mode')}"
         self.log = log
-        args = pinned([str(python), "-m", module, json.dumps(cfg)], core)
+        args = pinned([*command, json.dumps(cfg)], core)
         with log.open("ab") as err:
             self.process = subprocess.Popen(
                 args, cwd=REPO, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL
@@ -90,3 +91,6 @@ class Proc:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+        self._reader.join(timeout=5)  # it reads to the end of the dead process's output
+        if self.process.stdout is not None:
+            self.process.stdout.close()
