@@ -66,7 +66,11 @@ async def autopipelined(url: str) -> tuple[Incr, Callable[[], Awaitable[None]]]:
 
 async def glide(port: int) -> tuple[Incr, Callable[[], Awaitable[None]]] | None:
     try:
-        from glide import GlideClient, GlideClientConfiguration, NodeAddress
+        from glide import (  # type: ignore[import-not-found,unused-ignore]
+            GlideClient,
+            GlideClientConfiguration,
+            NodeAddress,
+        )
     except ImportError:
         return None
     config = GlideClientConfiguration([NodeAddress("127.0.0.1", port)])
