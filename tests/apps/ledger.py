@@ -32,6 +32,19 @@ async def sleep(ctx: JobContext, ms: int) -> None:
     _record("done", ctx)
 
 
+FIRST_HOLD_S = 600.0
+"""How long a first attempt of `outlive_first` holds its job: longer than any test waits, so
+only the death of its worker ends it, however slowly a loaded machine runs the test."""
+
+
+@app.task
+async def outlive_first(ctx: JobContext, ms: int) -> None:
+    """Hold the job until this worker dies on attempt 1; `ms` milliseconds on a later one."""
+    _record("start", ctx)
+    await anyio.sleep(FIRST_HOLD_S if ctx.attempt == 1 else ms / 1000)
+    _record("done", ctx)
+
+
 @app.task
 async def noop(ctx: JobContext) -> None:
     _record("start", ctx)

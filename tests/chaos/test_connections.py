@@ -17,7 +17,7 @@ from tests.chaos.rows import (
     lost_replies,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 KILL_CI = ClientKillSize(jobs=8_000, kill_every_ms=250, max_kills=40, job_ms=20)
 LOST_CI = LostReplySize(jobs=4_000, replies_to_lose=100, lose_rate=0.15)

@@ -31,7 +31,7 @@ from tests.support.server import RedisServer, free_port
 from tests.support.serverfaults import command, command_calls, worker_requests
 from tests.support.wait import eventually
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 QUEUE = "srv"
 LEASE_MS = 1_000

@@ -237,7 +237,7 @@ def assert_only_lost_queues_failed(worker: WorkerProcess, lost: set[str]) -> Non
     assert failed <= lost, f"queue_failed for queues on live primaries: {failed - lost}"
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_losing_the_version_keys_primary_stalls_no_other_queue(
     failing_over: ClusterOfServers, tmp_path: Path
 ) -> None:
@@ -245,7 +245,7 @@ async def test_losing_the_version_keys_primary_stalls_no_other_queue(
     await kill_under_traffic(failing_over, tmp_path, version_owner)
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_losing_a_primary_backs_off_only_its_queues(
     failing_over: ClusterOfServers, tmp_path: Path
 ) -> None:
