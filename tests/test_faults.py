@@ -30,6 +30,8 @@ pytestmark = pytest.mark.fault
 BEAT_MS = 100
 SLACK_S = 1.5
 EXIT_SOON_S = 2.0
+HOLD_MS = 600_000
+"""A first attempt held longer than any test waits: only its worker's death ends it."""
 
 
 @pytest.fixture
@@ -72,7 +74,7 @@ async def test_a_sigkilled_holder_s_job_is_rerun_by_another_worker_within_a_leas
     )
     await a.wait_event("worker_started")
     # A holds its attempt until it dies (however slow the machine), B's rerun takes 50 ms.
-    job = (await producer.enqueue(queue_name, "outlive_first", {"ms": 50})).job_id
+    job = (await producer.enqueue(queue_name, "sleep", {"ms": 50, "first_ms": HOLD_MS})).job_id
     await workers.ledger.wait_for("start", job, attempt=1, pid=a.pid)
     # B runs before the crash (A keeps renewing meanwhile), so its start-up is not on the clock.
     b = workers.start(

@@ -25,23 +25,11 @@ def _record(kind: str, ctx: JobContext) -> None:
 
 
 @app.task
-async def sleep(ctx: JobContext, ms: int) -> None:
-    """Hold the job for `ms` milliseconds."""
+async def sleep(ctx: JobContext, ms: int, first_ms: int | None = None) -> None:
+    """Hold the job for `ms` milliseconds; for `first_ms` on its first attempt, when given (a
+    test that kills the first holder makes it longer than the test could ever wait)."""
     _record("start", ctx)
-    await anyio.sleep(ms / 1000)
-    _record("done", ctx)
-
-
-FIRST_HOLD_S = 600.0
-"""How long a first attempt of `outlive_first` holds its job: longer than any test waits, so
-only the death of its worker ends it, however slowly a loaded machine runs the test."""
-
-
-@app.task
-async def outlive_first(ctx: JobContext, ms: int) -> None:
-    """Hold the job until this worker dies on attempt 1; `ms` milliseconds on a later one."""
-    _record("start", ctx)
-    await anyio.sleep(FIRST_HOLD_S if ctx.attempt == 1 else ms / 1000)
+    await anyio.sleep((first_ms if ctx.attempt == 1 and first_ms is not None else ms) / 1000)
     _record("done", ctx)
 
 
