@@ -101,8 +101,12 @@ async def test_k_held_leases_are_renewed_in_one_round_trip_per_tick(
     # Each tick renews all K leases in ceil(K / RENEW_CHUNK) script calls of one pipeline: one
     # round trip, the calls arriving together on one connection, so no call holds the server long.
     per_tick = -(-K // RENEW_CHUNK)
-    assert len(renew_calls) == (last - first) * per_tick, "one pipelined set of calls per tick"
-    for tick in range(last - first):
+    ticks, rest = divmod(len(renew_calls), per_tick)
+    assert rest == 0, "whole pipelined sets of calls only"
+    # The window's edges are two ECHOs racing the sweeps: on a busy machine one sweep more or
+    # less than the counter moved may fall inside; each set is still one tick's round trip.
+    assert abs(ticks - (last - first)) <= 1, "one pipelined set of calls per tick"
+    for tick in range(ticks):
         group = renew_calls[tick * per_tick : (tick + 1) * per_tick]
         assert len({client_at for client_at, _ in group}) == 1, "one connection per tick"
         renewed: list[str] = []
