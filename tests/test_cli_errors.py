@@ -61,7 +61,7 @@ def test_run_names_the_url_scheme_it_accepts() -> None:
         assert scheme in output
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_run_imports_an_app_module_from_its_working_directory(
     tmp_path: Path, redis_url: str, queue_name: str
 ) -> None:

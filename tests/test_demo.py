@@ -22,7 +22,7 @@ def verdicts(output: str) -> list[str]:
     return [line.strip() for line in output.splitlines() if line.strip().startswith("verdict:")]
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 @pytest.mark.parametrize("path", ["system", "embedded"])
 def test_the_demo_replays_the_four_stories_and_cleans_up(tmp_path: Path, path: str) -> None:
     # Its own process: the demo routes structlog into its recorder, and that stays out of ours.

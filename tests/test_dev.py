@@ -156,7 +156,7 @@ def stop(dev: Dev, started: int = 3) -> None:
     assert "emq-worker dev: stopped; data directory removed" in dev.stdout()
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_dev_serves_the_orders_app_and_dashboard_on_the_embedded_valkey(
     start_dev: Launch,
 ) -> None:
@@ -173,7 +173,7 @@ def test_dev_serves_the_orders_app_and_dashboard_on_the_embedded_valkey(
     stop(dev)
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_dev_reload_restarts_the_worker_with_the_edited_app(
     start_dev: Launch, tmp_path: Path
 ) -> None:
@@ -205,7 +205,7 @@ def test_dev_reload_restarts_the_worker_with_the_edited_app(
     stop(dev)
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_dev_goes_on_without_the_dashboard_when_its_extra_is_missing(
     start_dev: Launch, dev_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -26,11 +26,13 @@ from tests.support.processes import WorkerProcesses
 from tests.support.server import RedisServer
 from tests.support.wait import eventually
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 BEAT_MS = 100
 SLACK_S = 1.5
 EXIT_SOON_S = 2.0
+HOLD_MS = 600_000
+"""A first attempt held longer than any test waits: only its worker's death ends it."""
 
 
 @pytest.fixture
@@ -72,7 +74,8 @@ async def test_a_sigkilled_holder_s_job_is_rerun_by_another_worker_within_a_leas
         "a", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=BEAT_MS
     )
     await a.wait_event("worker_started")
-    job = (await producer.enqueue(queue_name, "sleep", {"ms": 2000})).job_id
+    # A holds its attempt until it dies (however slow the machine), B's rerun takes 50 ms.
+    job = (await producer.enqueue(queue_name, "sleep", {"ms": 50, "first_ms": HOLD_MS})).job_id
     await workers.ledger.wait_for("start", job, attempt=1, pid=a.pid)
     # B runs before the crash (A keeps renewing meanwhile), so its start-up is not on the clock.
     b = workers.start(
@@ -80,6 +83,7 @@ async def test_a_sigkilled_holder_s_job_is_rerun_by_another_worker_within_a_leas
     )
     await b.wait_event("worker_started")
     assert workers.ledger.find(job_id=job, pid=b.pid) == []
+    await assert_held_by_its_first_claim(queue, job, workers)
 
     a.send(signal.SIGKILL)
     killed_at = time.monotonic()
@@ -94,7 +98,18 @@ async def test_a_sigkilled_holder_s_job_is_rerun_by_another_worker_within_a_leas
     await workers.ledger.wait_for("done", job, attempt=2, pid=b.pid, within_s=5)
     counts = await wait_completed(queue, job)
     assert where_jobs_are(counts) == (0, 0, 0, 0, 1)
-    assert workers.ledger.find("done", job, pid=a.pid) == []
+    assert workers.ledger.find("done", job, pid=a.pid) == [], "A finished before the kill"
+
+
+async def assert_held_by_its_first_claim(
+    queue: Queue, job: JobId, workers: WorkerProcesses
+) -> None:
+    """The scenario's precondition: the holder still holds the job it is about to lose (active,
+    first attempt, no handler finished), or its kill tests nothing."""
+    row = await queue.get_job(job)
+    held = row is not None and (row["state"], row["attempts"]) == ("active", "1")
+    assert held, f"{job} is no longer held by its first claim before the kill: {row}"
+    assert workers.ledger.find("done", job) == [], f"{job} finished before the kill"
 
 
 async def test_a_job_handed_to_a_worker_killed_while_parked_is_rerun_after_its_lease(

@@ -27,7 +27,7 @@ from tests.support.processes import WorkerProcess, WorkerProcesses
 from tests.support.wait import eventually
 from tests.test_sdnotify import READY, STOPPING, WATCHDOG, NotifyListener
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 BEAT_MS = 100
 LEASE_MS = 600

@@ -18,7 +18,7 @@ from emq_worker.protocol.flows import outbox_key
 from tests.support.processes import WorkerProcess, WorkerProcesses
 from tests.support.wait import eventually
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 FLOWS = 24
 LEASE_MS = 800

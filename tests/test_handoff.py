@@ -310,6 +310,7 @@ async def test_an_idle_worker_runs_a_job_handed_to_it(
     assert await conf.members(conf.keys.pending) == [later]
 
 
+@pytest.mark.fault  # a 400 ms lease kept by renewals: a loaded machine's stall can lapse it
 async def test_a_long_job_handed_off_is_renewed_like_a_claimed_one(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:

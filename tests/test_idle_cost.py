@@ -25,7 +25,7 @@ from tests.support.running import running_worker
 from tests.support.server import RedisServer
 from tests.support.wait import eventually
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 WINDOW_S = 11.0
 """A check window of 100 queues at the default beat (10 beats of 1 s) and an offer's renewal (a

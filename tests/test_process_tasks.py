@@ -102,7 +102,7 @@ def test_a_process_task_whose_name_imports_another_object_is_refused(
 # --- running: a real server, an in-process worker, spawned pool processes ----------------------
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_a_process_task_runs_in_another_process_and_returns_its_result(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
@@ -115,7 +115,7 @@ async def test_a_process_task_runs_in_another_process_and_returns_its_result(
     assert result["attempt"] == 1
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_a_timed_out_process_task_has_its_process_killed_and_is_retried(
     client: Redis, redis_url: str, queue_name: str, tmp_path: Path
 ) -> None:
@@ -131,7 +131,7 @@ async def test_a_timed_out_process_task_has_its_process_killed_and_is_retried(
     assert retried_errors(logs, job.job_id) == ["timed out after 500 ms"]
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 @pytest.mark.parametrize("how", ["exit", "kill"])
 async def test_a_process_that_dies_mid_job_fails_that_job_alone_and_it_is_retried(
     client: Redis, redis_url: str, queue_name: str, tmp_path: Path, how: str
@@ -157,7 +157,7 @@ async def test_a_process_that_dies_mid_job_fails_that_job_alone_and_it_is_retrie
     assert retried_errors(logs, beside.job_id) == []
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_a_process_task_s_exception_fails_the_job_with_its_own_error_and_traceback(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
@@ -172,7 +172,7 @@ async def test_a_process_task_s_exception_fails_the_job_with_its_own_error_and_t
     assert "raise ValueError(reason)" in dead[0]["traceback"]
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_the_worker_renews_the_lease_while_the_process_computes_past_it(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
@@ -185,7 +185,7 @@ async def test_the_worker_renews_the_lease_while_the_process_computes_past_it(
         assert (counters.completed, counters.reaped, counters.leases_lost) == (1, 0, 0)
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_waiting_for_a_free_pool_process_does_not_count_against_the_timeout(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:

@@ -20,9 +20,14 @@ def test_the_readme_says_what_echomq_is_in_one_sentence() -> None:
     assert re.search(r"^EchoMQ is [^.]+\.", README, re.M), "no sentence starting 'EchoMQ is'"
 
 
-def test_the_worker_comes_before_the_test_suite() -> None:
+def test_the_readme_opens_with_the_demo_and_the_tests_and_the_worker_before_the_suites_tiers() -> (
+    None
+):
     assert README.count(SUITE_LINE) == 1, "CI greps this exact line"
-    assert README.index("## A worker in 30 lines") < README.index(SUITE_LINE)
+    first_block = README[README.index("```sh") : README.index("```", README.index("```sh") + 5)]
+    assert "emq-worker demo" in first_block
+    assert SUITE_LINE in first_block  # the two commands a fresh machine runs first
+    assert README.index("## A worker in 30 lines") < README.index("## The tests")
 
 
 def test_the_enqueue_lines_say_they_need_a_second_shell_with_the_venv() -> None:

@@ -210,7 +210,7 @@ def start_daemon(args: list[str], env: dict[str, str], log_path: Path) -> subpro
         )
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_emq_worker_run_under_notify_socket_is_ready_beats_and_stops(
     redis_url: str, queue_name: str, tmp_path: Path
 ) -> None:

@@ -21,7 +21,7 @@ from tests.chaos.proxy import Proxy
 from tests.support.processes import EMQ_WORKER, REPO_ROOT, WorkerProcesses
 from tests.support.server import RedisServer, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 DROPPED = "dropped the connection during the handshake"
 

@@ -21,7 +21,7 @@ from emq_worker.protocol.names import JobId
 from tests.support.processes import Entry, WorkerProcess, WorkerProcesses
 from tests.support.wait import eventually
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 LEASE_MS = 600
 BEAT_MS = 100

@@ -28,7 +28,7 @@ from emq_worker.protocol.values import Completion, HeldLease, NewJob
 from emq_worker.server.connection import connect
 from tests.support.server import RedisServer, last_transaction_commands, tear_last_transaction
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 JOBS = 6
 TORN = 3

@@ -25,10 +25,11 @@ def _record(kind: str, ctx: JobContext) -> None:
 
 
 @app.task
-async def sleep(ctx: JobContext, ms: int) -> None:
-    """Hold the job for `ms` milliseconds."""
+async def sleep(ctx: JobContext, ms: int, first_ms: int | None = None) -> None:
+    """Hold the job for `ms` milliseconds; for `first_ms` on its first attempt, when given (a
+    test that kills the first holder makes it longer than the test could ever wait)."""
     _record("start", ctx)
-    await anyio.sleep(ms / 1000)
+    await anyio.sleep((first_ms if ctx.attempt == 1 and first_ms is not None else ms) / 1000)
     _record("done", ctx)
 
 

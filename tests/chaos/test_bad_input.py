@@ -215,7 +215,7 @@ def test_an_empty_queue_name_is_refused() -> None:
     assert "at least one --queue" in result.output
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_a_100_mb_payload_is_refused_by_its_size_and_the_worker_stays_small(
     tmp_path: Path,
 ) -> None:

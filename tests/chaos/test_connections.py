@@ -17,13 +17,12 @@ from tests.chaos.rows import (
     lost_replies,
 )
 
-pytestmark = pytest.mark.slow
-
 KILL_CI = ClientKillSize(jobs=8_000, kill_every_ms=250, max_kills=40, job_ms=20)
 LOST_CI = LostReplySize(jobs=4_000, replies_to_lose=100, lose_rate=0.15)
 HELD_CI = HeldKillSize(jobs=24)
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(300)
 async def test_killed_connections_lose_duplicate_and_strand_nothing(tmp_path: Path) -> None:
     result = await client_kills(tmp_path, KILL_CI)
@@ -42,6 +41,7 @@ async def test_killed_connections_lose_duplicate_and_strand_nothing(tmp_path: Pa
     assert facts["job_reaped"] == 0, facts
 
 
+@pytest.mark.fault
 @pytest.mark.timeout(300)
 async def test_lost_claim_and_settle_replies_lose_duplicate_and_strand_nothing(
     tmp_path: Path,
@@ -62,6 +62,7 @@ async def test_lost_claim_and_settle_replies_lose_duplicate_and_strand_nothing(
     assert facts["repeated_settles"] >= 1, facts
 
 
+@pytest.mark.fault
 @pytest.mark.timeout(120)
 async def test_killed_idle_connections_self_fence_no_lease_of_a_long_job(tmp_path: Path) -> None:
     result = await held_kills(tmp_path, HELD_CI)

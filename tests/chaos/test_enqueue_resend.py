@@ -11,7 +11,7 @@ import pytest
 
 from tests.chaos.resend import ResendSize, lost_enqueue_replies
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 RESEND_CI = ResendSize(bursts=60, burst=20, replies_to_lose=30)
 

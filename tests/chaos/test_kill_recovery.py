@@ -10,7 +10,7 @@ import pytest
 
 from tests.chaos.recovery import RecoverySize, kill_recovery
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.soak
 
 CI_SIZE = RecoverySize(jobs=3_000, fault_s=15.0)
 

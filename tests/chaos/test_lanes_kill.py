@@ -8,7 +8,7 @@ import pytest
 
 from tests.chaos.lanes import LanesKillSize, lanes_kill
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.soak
 
 CI_SIZE = LanesKillSize()
 

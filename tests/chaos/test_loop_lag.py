@@ -16,7 +16,7 @@ from tests.chaos.faults import Fleet, enqueue, judge, wait_drained
 from tests.chaos.rows import rejections, stage, stop_gracefully
 from tests.support.processes import WorkerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 LEASE_MS = 1_000
 BEAT_MS = 200

@@ -387,7 +387,7 @@ def machine(redis_url: str) -> Iterator[type[Protocol]]:
             portal.call(client.aclose)
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_the_scripts_agree_with_the_model_of_the_protocol(machine: type[Protocol]) -> None:
     run_state_machine_as_test(
         machine,

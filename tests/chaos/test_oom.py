@@ -30,7 +30,7 @@ from tests.support.serverfaults import (
 )
 from tests.support.wait import eventually
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 QUEUE = "oom"
 LEASE_MS = 1_500

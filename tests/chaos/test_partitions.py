@@ -17,7 +17,7 @@ from tests.chaos.rows import (
     slow_network,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.soak
 
 SHORT_CI = PartitionSize(rounds=3, lease_ms=3_000)
 LONG_CI = PartitionSize(rounds=3, lease_ms=1_500)

@@ -10,7 +10,7 @@ import pytest
 from tests.chaos.app import POISON_MAX_ATTEMPTS
 from tests.chaos.rows import PoisonSize, poison_job
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 CI_SIZE = PoisonSize(good_jobs=1_000, workers=3, concurrency=1)
 BYSTANDERS_CI = PoisonSize(good_jobs=1_000, workers=2, concurrency=10)

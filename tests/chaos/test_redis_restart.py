@@ -11,7 +11,7 @@ import pytest
 from emq_worker.beat.queue_health import BACKOFF_CAP_S
 from tests.chaos.rows import AmnesiaSize, RestartSize, redis_amnesia, redis_restarts
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 RESTART_CI = RestartSize(jobs=3_000, restarts=10)
 AMNESIA_CI = AmnesiaSize()

@@ -31,8 +31,6 @@ from tests.support.server import RedisServer, free_port
 from tests.support.serverfaults import command, command_calls, worker_requests
 from tests.support.wait import eventually
 
-pytestmark = pytest.mark.slow
-
 QUEUE = "srv"
 LEASE_MS = 1_000
 BEAT_MS = 200
@@ -65,6 +63,7 @@ async def _stall(client: Redis, kind: str) -> None:
         await command(client, "CLIENT", "PAUSE", int(STALL_S * 1000), "WRITE")
 
 
+@pytest.mark.soak
 @pytest.mark.parametrize("kind", ["debug-sleep", "client-pause-write"])
 async def test_a_server_stall_longer_than_a_lease_loses_nothing_and_fences_stale_writes(
     tmp_path: Path, kind: str
@@ -107,6 +106,7 @@ async def test_a_server_stall_longer_than_a_lease_loses_nothing_and_fences_stale
     assert reaped > 0, fleet.tails()
 
 
+@pytest.mark.fault
 async def test_a_demoted_primary_makes_the_worker_back_off_and_resume_when_promoted(
     tmp_path: Path,
 ) -> None:
@@ -129,6 +129,7 @@ async def test_a_demoted_primary_makes_the_worker_back_off_and_resume_when_promo
     assert verdict.completed == 20
 
 
+@pytest.mark.soak
 async def test_a_worker_pointed_at_a_replica_backs_off_then_serves_it_once_promoted(
     tmp_path: Path,
 ) -> None:
@@ -155,6 +156,7 @@ async def test_a_worker_pointed_at_a_replica_backs_off_then_serves_it_once_promo
     assert verdict.completed == 20
 
 
+@pytest.mark.fault
 async def test_a_failed_background_save_makes_the_worker_back_off_and_resume(
     tmp_path: Path,
 ) -> None:

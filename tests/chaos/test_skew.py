@@ -21,7 +21,7 @@ from tests.chaos.rows import stage
 from tests.support.processes import EMQ_WORKER, REPO_ROOT, WorkerProcess, WorkerProcesses
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.fault,
     pytest.mark.skipif(shutil.which("faketime") is None, reason="needs Debian's faketime"),
 ]
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.chaos.rows import FreezeSize, PauseSize, freeze_rounds, short_freezes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.soak
 
 FREEZE_CI = FreezeSize(rounds=20)
 PAUSE_CI = PauseSize(rounds=5)

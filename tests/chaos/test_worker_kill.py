@@ -9,7 +9,7 @@ import pytest
 
 from tests.chaos.rows import KillSize, sigkill_soak
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.soak
 
 CI_SIZE = KillSize(jobs=10_000, workers=3, kills=20)
 

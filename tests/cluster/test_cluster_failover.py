@@ -51,7 +51,7 @@ def replicated_everything(cluster: ClusterOfServers) -> None:
             eventually_sync(caught_up, timeout=30, what=f"the replica of {port} to catch up")
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_a_primary_failover_loses_no_replicated_job(
     replicated: ClusterOfServers, tmp_path: Path
 ) -> None:

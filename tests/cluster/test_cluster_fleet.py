@@ -57,7 +57,7 @@ async def test_six_queues_over_three_primaries_every_job_completes_exactly_once(
         assert (counts.pending, counts.active, counts.completed) == (0, 0, PER_QUEUE)
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 @pytest.mark.parametrize("batch", [10, 100_000], ids=["redis-cli-batches", "one-migrate"])
 async def test_moving_a_busy_queues_slot_mid_run_loses_and_repeats_nothing(
     cluster: ClusterOfServers, cluster_client: Redis, tmp_path: Path, batch: int

@@ -53,7 +53,7 @@ class RecordingMinter(SnowflakeMinter):
         return new
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 @pytest.mark.timeout(120)
 async def test_killed_connections_never_turn_one_enqueue_into_two_jobs(
     cluster: ClusterOfServers, cluster_client: Redis

@@ -40,7 +40,7 @@ pytestmark = [
         not CHROMIUM.exists(),
         reason="Debian's chromium is not installed at /usr/bin/chromium (.ci/run installs it)",
     ),
-    pytest.mark.slow,
+    pytest.mark.fault,
 ]
 SEEN_MS = 20_000
 """How long a page may take to show what the test waits for (a loaded 2-core machine)."""

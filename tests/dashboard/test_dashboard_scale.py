@@ -29,7 +29,7 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from tests.dashboard.test_dashboard_http import browsing
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 PENDING = 100_000
 DEAD = 10_000
 BATCH = 5_000

@@ -40,7 +40,7 @@ from tests.support.wait import eventually
 
 pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"),
-    pytest.mark.slow,
+    pytest.mark.fault,
 ]
 TWICE_OR_MORE = re.compile(r"^([2-9]|\d\d+)$")
 

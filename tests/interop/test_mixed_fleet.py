@@ -18,7 +18,10 @@ from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
 
 JOBS = 60
-ECHOMQ_LEASE_MS = 5_000
+ECHOMQ_LEASE_MS = 60_000
+"""The live EchoMQ holder's lease: longer than the whole test, so that its jobs stay its own
+however slowly a loaded machine runs its rounds (at 5 s, a round's retry could meet a lease
+our reaper had taken back: the test's precondition, not the protocol, failed)."""
 ABANDONED_LEASE_MS = 200
 """The lease of the claims EchoMQ's "crashed" holder never settles: our reaper takes them back."""
 
