@@ -80,7 +80,7 @@ def test_the_node_runner_uses_only_bullmq_ioredis_and_node() -> None:
         assert f"{field}:" in source or f" {field}," in source, field
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_the_node_runner_drains_through_the_same_protocol(redis_url: str, tmp_path: Path) -> None:
     """BullMQ's runner fills and drains real jobs on a real server and reports what a drain
     reports (installs bullmq and ioredis with npm on first use, as the bench does)."""

@@ -63,7 +63,7 @@ def error_line(result: Result) -> str:
     return errors[0]
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 @pytest.mark.parametrize("command", COMMANDS.values(), ids=COMMANDS.keys())
 def test_a_command_against_a_port_that_is_not_redis_ends_in_one_line_naming_it(
     not_redis: NotRedis, command: list[str]
@@ -77,7 +77,7 @@ def test_a_command_against_a_port_that_is_not_redis_ends_in_one_line_naming_it(
     assert "Traceback" not in result.output
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_the_socket_timeout_is_a_flag_and_a_variable() -> None:
     """A shorter --socket-timeout-ms (or EMQ_SOCKET_TIMEOUT_MS) ends the wait sooner."""
     with NotRedis("silent") as silent:
@@ -93,7 +93,7 @@ def test_the_socket_timeout_is_a_flag_and_a_variable() -> None:
     assert "--socket-timeout-ms" in bad.output
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_the_worker_start_up_against_a_silent_server_gives_up_naming_it() -> None:
     """Each start-up attempt ends within --socket-timeout-ms; --connect-wait-ms bounds them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
@@ -111,7 +111,7 @@ def test_the_worker_start_up_against_a_silent_server_gives_up_naming_it() -> Non
     assert SAID["silent"] in line
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_the_producer_ends_with_an_error_naming_the_server(not_redis: NotRedis) -> None:
     began = time.monotonic()
     with anyio.fail_after(3 * BOUND_S):  # on a hang: fail, never wait for ever
@@ -126,7 +126,7 @@ async def test_the_producer_ends_with_an_error_naming_the_server(not_redis: NotR
         assert isinstance(raised.value, RedisTimeoutError)
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_the_sync_producer_ends_with_an_error_naming_the_server(not_redis: NotRedis) -> None:
     outcome: list[BaseException | Enqueued] = []
 

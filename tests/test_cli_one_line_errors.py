@@ -31,7 +31,7 @@ CLUSTER_COMMANDS = {
     "dashboard": ["dashboard", "--bind", "127.0.0.1:0"],
 }
 CLUSTER_CASES = [
-    pytest.param(args, id=name, marks=[pytest.mark.slow] if name == "run" else [])  # a process
+    pytest.param(args, id=name, marks=[pytest.mark.fault] if name == "run" else [])  # a process
     for name, args in CLUSTER_COMMANDS.items()
 ]
 
@@ -107,7 +107,7 @@ def taken_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_run_with_its_http_port_taken_is_one_line_and_exit_1(
     redis_url: str, queue_name: str, taken_port: int
 ) -> None:
@@ -129,7 +129,7 @@ def test_dev_with_a_data_directory_that_cannot_be_made_is_a_usage_error() -> Non
     assert "'/proc/nope'" in line
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_events_on_a_queue_that_does_not_exist_says_so(redis_url: str, queue_name: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
     args = [str(EMQ_WORKER), "events", "-q", queue_name, "--redis-url", redis_url]

@@ -244,7 +244,7 @@ def test_dev_refuses_an_app_module_it_cannot_find(tmp_path: Path) -> None:
     assert "no module 'no_such_module_x'" in result.output
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_dev_on_a_port_in_use_exits_naming_it_and_leaves_nothing_running(
     start_dev: Launch, redis_server: RedisServer
 ) -> None:

@@ -70,7 +70,7 @@ def test_the_store_keeps_the_highest_token_and_refuses_a_lower_one(
     assert rows(postgres, "SELECT token FROM job_fence WHERE job_id = %s", job) == [(3,)]
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 def test_running_the_module_creates_the_tables_the_recipe_writes(postgres: PostgresServer) -> None:
     """The set-up step the how-to shows: `python -m emq_worker.examples.fenced_store`, given
     libpq's variables, creates the schema in an empty database."""
@@ -86,7 +86,7 @@ def test_running_the_module_creates_the_tables_the_recipe_writes(postgres: Postg
         assert sorted(row[0] for row in tables) == ["credits", "job_fence"]
 
 
-@pytest.mark.slow
+@pytest.mark.fault
 async def test_a_frozen_holder_s_late_write_is_refused_by_the_database(
     client: Redis,
     redis_url: str,

@@ -28,7 +28,7 @@ ODD_RENEW_MS = 400
 """A renewal interval whose ticks do not end near the lease's deadline (1500 is no multiple of
 400): the stop must come from its own timer, not from the end of some tick."""
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.fault
 
 
 def cut_settings(queue: str, url: str, **overrides: Any) -> WorkerSettings:

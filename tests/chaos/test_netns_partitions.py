@@ -21,7 +21,7 @@ from tests.chaos.netcut import CutSize, partition_runs
 from tests.chaos.rows import RowResult
 
 REASON = netns.unavailable()
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+pytestmark = [pytest.mark.fault, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 LONG_CI = CutSize("long", runs=1)
 HOG_CI = CutSize("long", runs=2, hog=True)
