@@ -32,7 +32,7 @@ from bench.plan import FULL, QUICK, SCENARIOS, Plan
 from bench.procs import REPO, BenchError
 from bench.report import Results, rows, table, write_json
 from bench.server import BenchRedis, server_binary
-from emq_worker.server.binary import ServerBinaryError
+from emq_worker.valkey.binary import ServerBinaryError
 
 Measure = Callable[[Harness, System], None]
 EMQ_ONLY = ("renewal", "recovery")

@@ -26,8 +26,8 @@ from bench.server import server_binary
 from emq_worker.jobs.producer import JobSpec, Producer
 from emq_worker.protocol.keys import QueueKeys, hash_slot
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.binary import label
-from emq_worker.server.connection import connect
+from emq_worker.valkey.binary import label
+from emq_worker.valkey.connection import connect
 from tests.support.cluster import ClusterOfServers
 from tests.support.server import RedisServer
 

@@ -32,14 +32,14 @@ import anyio
 from redis.asyncio import Redis
 
 from emq_worker import FlowJob, JobSpec, Producer
-from emq_worker.beat.outbox import OutboxSweep
 from emq_worker.observe.log import configure, get_logger
-from emq_worker.protocol.flows import outbox_key
+from emq_worker.protocol.flow_wire import outbox_key
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import LuaScript, Scripts, build
 from emq_worker.protocol.values import Completion, HeldLease
-from emq_worker.server.connection import connect
+from emq_worker.runtime.outbox import OutboxSweep
+from emq_worker.valkey.connection import connect
 
 BATCH = 100
 FAN_OUT = 9

@@ -29,7 +29,7 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import ConnectionPool
 
 from bench.server import BenchRedis, server_binary
-from emq_worker.server.autopipeline import AutoPipelined
+from emq_worker.valkey.autopipeline import AutoPipelined
 
 KEY = "bench:handler_client"
 Incr = Callable[[], Awaitable[Any]]

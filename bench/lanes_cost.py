@@ -33,7 +33,7 @@ from emq_worker import JobSpec, Producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.values import Completion, HeldLease
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 
 ENQUEUE_BATCH = 1000
 LEASE_MS = 600_000
@@ -104,7 +104,7 @@ class Tally:
 
 
 async def _limit(queue: Queue, groups: int, jobs: int) -> None:
-    from emq_worker.protocol.lanes import limit_lane
+    from emq_worker.protocol.lane_verbs import limit_lane
 
     for g in range(groups):
         await limit_lane(queue, f"g{g}", jobs)

@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from bench.pinning import pinned
-from emq_worker.server.binary import find_server, label
+from emq_worker.valkey.binary import find_server, label
 
 START_DEADLINE_S = 10.0
 MAX_CLIENTS = 15_000

@@ -22,7 +22,7 @@ from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.values import Completion, HeldLease
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 
 BATCH = 500
 RECEIPT_MS = WorkerSettings(queues=("q",)).receipt_ms

@@ -5,8 +5,6 @@ from here, and `__all__` lists it. `emq_worker.errors` and `emq_worker.retry` ar
 same names); the subpackages are internals (see the architecture page in the docs).
 """
 
-from emq_worker.beat.config import WorkerSettings
-from emq_worker.beat.worker import Worker
 from emq_worker.errors import (
     AppImportError,
     ConfigError,
@@ -33,7 +31,7 @@ from emq_worker.errors import (
 )
 from emq_worker.jobs.context import JobContext
 from emq_worker.jobs.events import Event, EventStream, open_events, subscribe
-from emq_worker.jobs.flows import Flow, FlowJob
+from emq_worker.jobs.flow_tree import Flow, FlowJob
 from emq_worker.jobs.handles import (
     AsyncTaskHandle,
     JobHandle,
@@ -45,6 +43,8 @@ from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.producer import Enqueued, JobSpec, Producer, SyncProducer, sync_producer
 from emq_worker.jobs.tasks import App
 from emq_worker.retry import Backoff, Exponential, Fixed, Jitter
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.runtime.worker import Worker
 
 __all__ = [
     "App",

@@ -14,8 +14,8 @@ from redis.asyncio import Redis
 
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.binary import label
-from emq_worker.server.connection import connect
+from emq_worker.valkey.binary import label
+from emq_worker.valkey.connection import connect
 from tests.support.server import REDIS_SERVER, SERVER_VARIABLE, RedisServer
 
 _counter = itertools.count()

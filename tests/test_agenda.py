@@ -1,4 +1,4 @@
-"""The agenda's bookkeeping (beat/agenda.py), without Redis: when each queue is checked, claimed,
+"""The agenda's bookkeeping (runtime/agenda.py), without Redis: when each queue is checked, claimed,
 promoted and scanned for repeats, and that no time already past can end a park at once."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from emq_worker.beat.agenda import Agenda, check_window_s
-from emq_worker.protocol.upkeep import UpkeepDue
+from emq_worker.protocol.upkeep_check import UpkeepDue
+from emq_worker.runtime.agenda import Agenda, check_window_s
 
 
 def agenda(*names: str, window_s: float = 1.0, beat_s: float = 1.0) -> Agenda:

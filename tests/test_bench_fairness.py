@@ -11,7 +11,7 @@ from pathlib import Path
 
 import emq_worker
 from bench.runners import common
-from emq_worker.beat import daemon
+from emq_worker.runtime import daemon
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 EMQ_SIDE = [BENCH / "runners" / "emq_runner.py", BENCH / "apps_emq.py"]

@@ -22,7 +22,7 @@ from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
 from emq_worker.jobs.producer import Enqueued, JobSpec, Producer, sync_producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import connect, socket_timeout_of
+from emq_worker.valkey.connection import connect, socket_timeout_of
 from tests.support.conformance import Harness
 from tests.support.mute import NotRedis
 from tests.support.processes import EMQ_WORKER, REPO_ROOT

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from emq_worker.beat.config import WorkerSettings
 from emq_worker.errors import ConfigError
+from emq_worker.runtime.config import WorkerSettings
 
 
 def test_defaults_follow_the_seed() -> None:

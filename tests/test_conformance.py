@@ -26,7 +26,7 @@ from emq_worker.protocol.replies import (
 )
 from emq_worker.protocol.values import Counts, HeldLease, NewJob
 from emq_worker.retry import Exponential, delay_ms
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.support.conformance import (
     LEASE_MS,
     RECEIPT_MS,

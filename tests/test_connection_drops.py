@@ -19,9 +19,6 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from emq_worker import JobSpec, Producer, WorkerSettings
-from emq_worker.beat.lease import Lease, LeaseBook
-from emq_worker.beat.renewal import RenewalSweep
-from emq_worker.beat.state import StopSignal, WorkerState
 from emq_worker.jobs.writes import append_log, read_log
 from emq_worker.observe.clock import MonotonicClock
 from emq_worker.observe.metrics import Counters
@@ -31,7 +28,10 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, SettleStatus
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import RENEW_CHUNK, Completion, HeldLease
-from emq_worker.server.connection import connect
+from emq_worker.runtime.lease import Lease, LeaseBook
+from emq_worker.runtime.renewal import RenewalSweep
+from emq_worker.runtime.state import StopSignal, WorkerState
+from emq_worker.valkey.connection import connect
 from tests.chaos.proxy import Proxy
 from tests.chaos.rows import script_call_of
 from tests.support.server import RedisServer

@@ -21,19 +21,19 @@ from redis.asyncio import Redis
 from bench import lanes_cost
 from bench.server import BenchRedis, server_binary
 from emq_worker import JobSpec, Producer
-from emq_worker.beat.agenda import check_window_s
-from emq_worker.beat.presence import (
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.upkeep_check import check_upkeep
+from emq_worker.protocol.values import Failure, HeldLease
+from emq_worker.runtime.agenda import check_window_s
+from emq_worker.runtime.presence import (
     BEATS_TO_LIVE,
     MIN_TTL_MS,
     PRUNE_EVERY,
     Presence,
     WorkerRegistry,
 )
-from emq_worker.beat.supervisor import PRESENCE_SHARE
-from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.protocol.upkeep import check_upkeep
-from emq_worker.protocol.values import Failure, HeldLease
-from emq_worker.server.connection import connect
+from emq_worker.runtime.supervisor import PRESENCE_SHARE
+from emq_worker.valkey.connection import connect
 from tests.support.commands import OBSERVER_COMMANDS
 from tests.support.conformance import Harness
 from tests.support.server import RedisServer

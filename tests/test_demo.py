@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from emq_worker.cli.main import main
-from emq_worker.server import binary
+from emq_worker.valkey import binary
 
 DEMO = [sys.executable, "-c", "from emq_worker.cli.main import main; main()", "demo"]
 

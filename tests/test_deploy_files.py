@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from emq_worker.beat.config import WorkerSettings
-from emq_worker.beat.worker import RELEASE_TIMEOUT_S
 from emq_worker.cli import main
 from emq_worker.jobs.tasks import load_app
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.runtime.worker import RELEASE_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

@@ -228,7 +228,7 @@ def test_dev_goes_on_without_the_dashboard_when_its_extra_is_missing(
 def test_dev_without_a_server_names_the_pip_line(
     dev_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("emq_worker.server.binary.embedded_binary", lambda: None)
+    monkeypatch.setattr("emq_worker.valkey.binary.embedded_binary", lambda: None)
     result = CliRunner().invoke(
         main, ["dev", "--app", "emq_worker.examples.orders:app", "-q", "orders"], env=dev_env
     )

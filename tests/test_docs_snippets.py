@@ -39,7 +39,7 @@ import pytest
 from emq_worker import App, Producer
 from emq_worker.cli.main import main
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.support.running import running_worker, worker_settings
 
 ROOT = Path(__file__).resolve().parent.parent

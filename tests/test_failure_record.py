@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from emq_worker import App, JobContext, Producer
-from emq_worker.admin import dead
+from emq_worker.admin import dead_letter
 from emq_worker.cli.main import main
 from emq_worker.dashboard.app import create_app
 from emq_worker.dashboard.settings import DashboardSettings
@@ -140,7 +140,7 @@ async def test_a_dead_retry_keeps_the_errors_from_before_it(
     job = (await producer.enqueue(queue_name, "boom", {"n": 1})).job_id
     async with running_worker(worker_settings(queue_name, redis_url), failing_app()):
         await dead_row(client, queue_name, job)
-        await dead.retry_dead(producer.queue(queue_name), (job,))
+        await dead_letter.retry_dead(producer.queue(queue_name), (job,))
 
         async def died_again() -> bool:
             row = await client.hget(QueueKeys.of(queue_name).job(job), "attempts")

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from emq_worker.beat.fleet.child import RESTART_CAP_S, STABLE_S, Child, ChildState, exit_text
-from emq_worker.beat.fleet.http import Families, merge
-from emq_worker.beat.fleet.plan import FleetPlan, child_environ
 from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
+from emq_worker.fleet.child import RESTART_CAP_S, STABLE_S, Child, ChildState, exit_text
+from emq_worker.fleet.http import Families, merge
+from emq_worker.fleet.plan import FleetPlan, child_environ
 from emq_worker.observe.exposition import BeatNotifier, WorkerCollector
 from emq_worker.observe.metrics import Counters
 from emq_worker.observe.sdnotify import Notifier

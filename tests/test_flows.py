@@ -13,13 +13,13 @@ from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from emq_worker import App, FlowError, FlowJob, FlowWriteError, JobContext, Producer, Worker
-from emq_worker.beat.outbox import OutboxSweep
 from emq_worker.jobs.children import children_failures, children_results
 from emq_worker.observe.log import get_logger
-from emq_worker.protocol.flows import outbox_key, read_record, subkey
+from emq_worker.protocol.flow_wire import outbox_key, read_record, subkey
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, SettleStatus
 from emq_worker.protocol.values import Completion, Failure
+from emq_worker.runtime.outbox import OutboxSweep
 from tests.support.conformance import RECEIPT_MS, Harness, held
 from tests.support.running import worker_settings
 from tests.support.wait import eventually

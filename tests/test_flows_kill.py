@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker import FlowJob, Producer
-from emq_worker.protocol.flows import outbox_key
+from emq_worker.protocol.flow_wire import outbox_key
 from tests.support.processes import WorkerProcess, WorkerProcesses
 from tests.support.wait import eventually
 

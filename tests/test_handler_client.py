@@ -16,7 +16,7 @@ from redis.exceptions import ResponseError
 
 from emq_worker import App, JobContext, Producer
 from emq_worker.jobs.producer import JobSpec
-from emq_worker.server.autopipeline import MAX_BATCHES, AutoPipelined, handler_client
+from emq_worker.valkey.autopipeline import MAX_BATCHES, AutoPipelined, handler_client
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
 

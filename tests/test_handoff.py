@@ -12,9 +12,9 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, JobSpec, Producer, Worker
-from emq_worker.beat.offers import Offers
 from emq_worker.protocol.replies import ClaimResult, SettleStatus, handed_off_job
 from emq_worker.protocol.values import OfferTerms, new_nonce
+from emq_worker.runtime.offers import Offers
 from tests.support.conformance import LEASE_MS, RECEIPT_MS, Harness, held
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually, until

@@ -13,9 +13,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from emq_worker import App, JobContext, Producer
-from emq_worker.admin.queue_ops import obliterate_queue
-from emq_worker.beat.history import HistoryRecorder
-from emq_worker.observe.history import (
+from emq_worker.admin.whole_queue import obliterate_queue
+from emq_worker.observe.history_format import (
     HOUR_MS,
     HOURS_KEPT_MS,
     MINUTE_MS,
@@ -33,6 +32,7 @@ from emq_worker.protocol.keys import QUEUES_KEY, QueueKeys
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.servertime import server_ms
+from emq_worker.runtime.history_flush import HistoryRecorder
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
 

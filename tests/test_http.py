@@ -15,13 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer, Worker, WorkerSettings
-from emq_worker.beat.queue_health import BACKOFF_CAP_S
 from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
 from emq_worker.observe.exposition import DURATION_LE, BeatNotifier
 from emq_worker.observe.http import BEATS_FRESH, beat_stale, fetch
 from emq_worker.observe.metrics import DURATION_BUCKETS, Durations
 from emq_worker.observe.sdnotify import Notifier
+from emq_worker.runtime.queue_health import BACKOFF_CAP_S
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
 

@@ -1,4 +1,4 @@
-"""One timer for every job's timeout (beat/timeouts.py): a job past its timeout is stopped, one
+"""One timer for every job's timeout (runtime/timeouts.py): a job past its timeout is stopped, one
 that ended in time never is, and emptied buckets never hold back a live one."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from emq_worker.beat import timeouts as timeouts_module
-from emq_worker.beat.lease import Lease
-from emq_worker.beat.timeouts import STALE_POPS, JobTimeouts
 from emq_worker.protocol.names import JobId, Token
 from emq_worker.protocol.replies import ClaimedJob
+from emq_worker.runtime import timeouts as timeouts_module
+from emq_worker.runtime.lease import Lease
+from emq_worker.runtime.timeouts import STALE_POPS, JobTimeouts
 
 
 def lease(n: int) -> Lease:

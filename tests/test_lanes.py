@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker.errors import ConfigError, StateError
-from emq_worker.protocol.lanes import (
+from emq_worker.protocol.lane_verbs import (
     limit_lane,
     pause_lane,
     read_lanes,

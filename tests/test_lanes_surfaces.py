@@ -15,7 +15,7 @@ from emq_worker import App, JobContext, Producer
 from emq_worker.cli.main import main
 from emq_worker.observe.http import fetch
 from emq_worker.protocol.keys import QueueKeys
-from emq_worker.protocol.lanes import LANES_SHOWN, limit_lane
+from emq_worker.protocol.lane_verbs import LANES_SHOWN, limit_lane
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.testing import run_until_idle

@@ -44,7 +44,7 @@ def test_an_upward_import_and_click_outside_the_cli_break_the_contracts(tmp_path
     copy = tmp_path / "emq_worker"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     with (copy / "protocol" / "keys.py").open("a") as keys:
-        keys.write("\nfrom emq_worker.beat import supervisor as _upward\n")
+        keys.write("\nfrom emq_worker.runtime import supervisor as _upward\n")
     with (copy / "observe" / "log.py").open("a") as log:
         log.write("\nimport click as _click\n")
     with (copy / "jobs" / "codec.py").open("a") as codec:  # nothing may import the testing kit
@@ -52,7 +52,7 @@ def test_an_upward_import_and_click_outside_the_cli_break_the_contracts(tmp_path
     result = lint(tmp_path)
     assert result.returncode == 1
     assert "Contracts: 0 kept, 2 broken." in result.stdout
-    assert "emq_worker.protocol.keys -> emq_worker.beat.supervisor" in result.stdout
+    assert "emq_worker.protocol.keys -> emq_worker.runtime.supervisor" in result.stdout
     assert "emq_worker.observe.log -> click" in result.stdout
     assert "emq_worker.jobs.codec -> emq_worker.testing.outcomes" in result.stdout
 

@@ -9,12 +9,12 @@ import anyio
 import pytest
 
 from emq_worker import WorkerSettings
-from emq_worker.beat.deadlines import LocalDeadlines
-from emq_worker.beat.lease import Lease, LeaseBook
 from emq_worker.errors import ConfigError
 from emq_worker.observe.clock import MonotonicClock
 from emq_worker.protocol.names import JobId, Token
 from emq_worker.protocol.replies import ClaimedJob
+from emq_worker.runtime.deadlines import LocalDeadlines
+from emq_worker.runtime.lease import Lease, LeaseBook
 from tests.support.wait import until
 
 LEASE_S, MARGIN_S = 0.3, 0.05

@@ -265,7 +265,7 @@ def test_limit_sets_shows_and_clears(redis_url: str, queue_name: str) -> None:
 
     async def read() -> Limits:
         from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-        from emq_worker.server.connection import connect
+        from emq_worker.valkey.connection import connect
 
         async_client = connect(redis_url, DEFAULT_WIRE_VERSION)
         try:

@@ -1,8 +1,8 @@
-"""The drain's claim size follows the pace of handlers against claims (beat/pace.py)."""
+"""The drain's claim size follows the pace of handlers against claims (runtime/pace.py)."""
 
 from __future__ import annotations
 
-from emq_worker.beat.pace import Pace
+from emq_worker.runtime.pace import Pace
 
 
 def test_claims_are_whole_until_anything_is_known() -> None:

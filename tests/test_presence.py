@@ -11,7 +11,8 @@ import anyio
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer
-from emq_worker.beat.presence import (
+from emq_worker.protocol.keys import WORKERS_KEY, QueueKeys, worker_entry_key
+from emq_worker.runtime.presence import (
     Entry,
     Presence,
     WorkerRegistry,
@@ -19,7 +20,6 @@ from emq_worker.beat.presence import (
     package_version,
     presence_entries,
 )
-from emq_worker.protocol.keys import WORKERS_KEY, QueueKeys, worker_entry_key
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually, until
 

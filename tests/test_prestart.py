@@ -1,4 +1,4 @@
-"""The pre-start lease check (beat/prestart.py) against a real redis-server: a lease confirmed
+"""The pre-start lease check (runtime/prestart.py) against a real redis-server: a lease confirmed
 recently starts unchecked; an older one is renewed first, and one the server gave away (reaped and
 claimed again) is reported lost, so its handler never starts."""
 
@@ -10,10 +10,10 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker.admin.verbs import cancel_job
-from emq_worker.beat.lease import Lease
-from emq_worker.beat.prestart import needs_check, still_held
 from emq_worker.protocol.names import JobId, Token
 from emq_worker.protocol.replies import ClaimedJob
+from emq_worker.runtime.lease import Lease
+from emq_worker.runtime.prestart import needs_check, still_held
 from tests.support.conformance import LEASE_MS, Harness, lapse
 
 SHORT_LEASE_MS = 30

@@ -14,10 +14,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from emq_worker import App, JobContext, Producer
-from emq_worker.beat.queue_health import BACKOFF_CAP_S, QueueHealth
 from emq_worker.protocol.keys import QueueKeys
-from emq_worker.server.cluster import ClusterUnavailableError
-from emq_worker.server.failures import queue_scoped
+from emq_worker.runtime.queue_health import BACKOFF_CAP_S, QueueHealth
+from emq_worker.valkey.cluster import ClusterUnavailableError
+from emq_worker.valkey.failures import queue_scoped
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import until
 

@@ -33,7 +33,7 @@ from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.support.processes import WorkerProcesses
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually

@@ -11,12 +11,12 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from emq_worker.beat.config import WorkerSettings
 from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
 from emq_worker.protocol import ids
-from emq_worker.server.connection import redacted
-from emq_worker.server.credentials import with_password
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.valkey.connection import redacted
+from emq_worker.valkey.credentials import with_password
 from tests.support.server import REDIS_SERVER, RedisServer, free_port, tls_refusal
 from tests.support.wait import eventually_sync
 

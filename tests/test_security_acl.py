@@ -17,10 +17,10 @@ import redis
 from redis.exceptions import NoPermissionError
 
 from emq_worker import JobSpec, Producer
-from emq_worker.beat.daemon import EXIT_AUTH, EXIT_NOPERM
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import connect
+from emq_worker.runtime.daemon import EXIT_AUTH, EXIT_NOPERM
+from emq_worker.valkey.connection import connect
 from tests.chaos.ledger import LEDGER_ENV
 from tests.support.processes import EMQ_WORKER, REPO_ROOT
 from tests.support.server import RedisServer

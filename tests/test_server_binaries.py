@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from emq_worker.server.binary import embedded_binary
+from emq_worker.valkey.binary import embedded_binary
 from tests.support import server
 from tests.support.server import chosen_binary, tls_refusal
 

@@ -16,7 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from emq_worker.errors import ServerUnreachableError
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.reach import port_mismatch, reach
+from emq_worker.valkey.reach import port_mismatch, reach
 from tests.chaos.proxy import Proxy
 from tests.support.processes import EMQ_WORKER, REPO_ROOT, WorkerProcesses
 from tests.support.server import RedisServer, free_port

@@ -25,7 +25,7 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import Completion, HeldLease, NewJob
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.support.server import RedisServer, last_transaction_commands, tear_last_transaction
 
 pytestmark = pytest.mark.fault

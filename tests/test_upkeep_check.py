@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from emq_worker.protocol.upkeep import UpkeepDue, check_upkeep
+from emq_worker.protocol.upkeep_check import UpkeepDue, check_upkeep
 from tests.support.conformance import Harness
 
 WINDOW_MS = 5_000

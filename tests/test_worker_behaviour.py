@@ -14,14 +14,14 @@ from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 from emq_worker import App, JobContext, JobSpec, Producer, WorkerSettings
-from emq_worker.admin import dead, verbs
-from emq_worker.beat.presence import live_workers
+from emq_worker.admin import dead_letter, verbs
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.names import attempts_run
 from emq_worker.protocol.replies import SettleStatus
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import HeldLease
 from emq_worker.retry import Backoff, Exponential, Fixed
+from emq_worker.runtime.presence import live_workers
 from tests.support.apps import cancellable_app
 from tests.support.lag import loop_lag
 from tests.support.running import running_worker, worker_settings
@@ -347,7 +347,7 @@ async def test_a_dead_job_retried_by_an_operator_backs_off_as_on_its_first_attem
         job = (await producer.enqueue(queue_name, "flaky")).job_id
         await until(lambda: worker.counters.dead_lettered == 1, what="two attempts, then dead")
         before = await server_ms(client)
-        assert (await dead.retry_dead(queue, [job])).done == 1
+        assert (await dead_letter.retry_dead(queue, [job])).done == 1
         await until(lambda: worker.counters.retried == 2, what="the retried job's failure")
         after = await server_ms(client)
         score = await client.zscore(keys.schedule, job)

@@ -241,7 +241,7 @@ def maybe_uvloop(cfg: dict[str, Any]) -> None:
 
 
 GC_YOUNG_THRESHOLD = 20_000
-"""The young-generation threshold `emq-worker run` sets (emq_worker/beat/daemon.py, kept equal
+"""The young-generation threshold `emq-worker run` sets (emq_worker/runtime/daemon.py, kept equal
 by tests/test_bench_fairness.py): every runner sets it too, so no system runs tuned alone."""
 
 

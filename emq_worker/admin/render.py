@@ -10,13 +10,13 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from emq_worker.admin.dead import DeadJob
-from emq_worker.admin.flows import flow_lines
+from emq_worker.admin.dead_letter import DeadJob
+from emq_worker.admin.flow_inspect import flow_lines
 from emq_worker.admin.lookup import CompletedJob
 from emq_worker.admin.verbs import COUNT_FIELDS, PAYLOAD_SHOWN, Discovery, Inspection, QueueStats
-from emq_worker.protocol.lanes import LANES_SCAN, LanesView
+from emq_worker.protocol.lane_verbs import LANES_SCAN, LanesView
 from emq_worker.protocol.names import Field
-from emq_worker.server.scan import SCAN_COUNT
+from emq_worker.valkey.scan import SCAN_COUNT
 
 ERROR_SHOWN = 200
 """Characters of a last_error `dead list` shows in its table (JSON has all of it)."""

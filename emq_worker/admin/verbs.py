@@ -14,18 +14,18 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from emq_worker.admin.flows import FlowView, flow_view
+from emq_worker.admin.flow_inspect import FlowView, flow_view
 from emq_worker.errors import EmqError, LockedError
 from emq_worker.jobs.writes import read_log
 from emq_worker.protocol.keys import QueueKeys, validate_queue_name
-from emq_worker.protocol.lanes import NO_LANES, LanesView, read_lanes
+from emq_worker.protocol.lane_verbs import NO_LANES, LanesView, read_lanes
 from emq_worker.protocol.names import Field, JobId, JobState
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.servertime import queue_time, to_ms
 from emq_worker.protocol.values import Counts
-from emq_worker.server.scan import SCAN_BUDGET, SCAN_COUNT, BoundedScan
+from emq_worker.valkey.scan import SCAN_BUDGET, SCAN_COUNT, BoundedScan
 
 PAYLOAD_SHOWN = 2000
 """Characters of a payload `inspect` shows; the rest is summarised."""

@@ -14,7 +14,6 @@ import click
 from redis.asyncio import Redis
 
 from emq_worker.admin import lookup, render, verbs
-from emq_worker.beat.presence import live_workers
 from emq_worker.cli.dead import dead
 from emq_worker.cli.operator import (
     admin_queue_option,
@@ -35,6 +34,7 @@ from emq_worker.cli.results import result
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.runtime.presence import live_workers
 
 
 @click.command()

@@ -11,15 +11,15 @@ import anyio
 import click
 from redis.exceptions import RedisError, ResponseError
 
-from emq_worker.beat.config import WorkerSettings
 from emq_worker.cli.options import failure_message
 from emq_worker.errors import EmqError
 from emq_worker.jobs.policy import resolve
 from emq_worker.jobs.tasks import App, Task
 from emq_worker.protocol.replies import text
 from emq_worker.retry import format_backoff
-from emq_worker.server.connection import connect, redacted
-from emq_worker.server.reach import explaining
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.valkey.connection import connect, redacted
+from emq_worker.valkey.reach import explaining
 
 
 def describe_task(task: Task, settings: WorkerSettings, kind: str) -> str:

@@ -35,8 +35,8 @@ from emq_worker.jobs import events as events_module
 from emq_worker.jobs import repeat
 from emq_worker.protocol import limits
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.connection import connect
-from emq_worker.server.reach import explaining
+from emq_worker.valkey.connection import connect
+from emq_worker.valkey.reach import explaining
 
 
 def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> limits.Rate | None:

@@ -26,9 +26,9 @@ from emq_worker.dashboard.settings import (
     parse_bind,
 )
 from emq_worker.errors import ConfigError, EmqError
-from emq_worker.server.connection import connect
-from emq_worker.server.failures import exit_code_for
-from emq_worker.server.reach import explaining
+from emq_worker.valkey.connection import connect
+from emq_worker.valkey.failures import exit_code_for
+from emq_worker.valkey.reach import explaining
 
 EXIT_UNREACHABLE = 1
 EXIT_USAGE = 2

@@ -6,8 +6,7 @@ import sys
 
 import click
 
-from emq_worker.admin import dead as dead_letter
-from emq_worker.admin import render
+from emq_worker.admin import dead_letter, render
 from emq_worker.cli.operator import (
     admin_queue_option,
     dump_json,

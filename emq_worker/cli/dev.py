@@ -17,8 +17,8 @@ from emq_worker.cli.install import pip_line
 from emq_worker.cli.options import queue_names
 from emq_worker.errors import EmqError
 from emq_worker.jobs.tasks import load_app
-from emq_worker.server.binary import ServerBinaryError, find_server
-from emq_worker.server.local import ServerStartError
+from emq_worker.valkey.binary import ServerBinaryError, find_server
+from emq_worker.valkey.local import ServerStartError
 
 
 def _plan(

@@ -25,8 +25,8 @@ from pathlib import Path
 from types import FrameType
 
 from emq_worker.errors import ConfigError
-from emq_worker.server.binary import is_embedded
-from emq_worker.server.local import LocalServer, free_port
+from emq_worker.valkey.binary import is_embedded
+from emq_worker.valkey.local import LocalServer, free_port
 
 # prog_name: a child's usage error reads `Usage: emq-worker run ...`, not `Usage: -c run ...`.
 EMQ_WORKER = [

@@ -20,8 +20,8 @@ from emq_worker.errors import ConfigError, EmqError, PayloadError, UnknownTaskEr
 from emq_worker.jobs.producer import Enqueued, Producer, check_dedup_id
 from emq_worker.jobs.tasks import load_app
 from emq_worker.protocol.ids import DEFAULT_NODE_ID
-from emq_worker.protocol.lanes import PRIORITY_MAX, PRIORITY_MIN, validate_group
-from emq_worker.server.reach import explaining
+from emq_worker.protocol.lane_verbs import PRIORITY_MAX, PRIORITY_MIN, validate_group
+from emq_worker.valkey.reach import explaining
 
 
 def optional_job_id(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:

@@ -13,14 +13,14 @@ from emq_worker.admin import render
 from emq_worker.cli.operator import admin_queue_option, dump_json, json_option, report, run_admin
 from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.errors import ConfigError
-from emq_worker.protocol import lanes
+from emq_worker.protocol import lane_verbs
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 
 
 def _group(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
-        return lanes.validate_group(value)
+        return lane_verbs.validate_group(value)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), ctx, param) from exc
 
@@ -39,7 +39,7 @@ def lanes_group() -> None:
 @click.option(
     "--top",
     type=click.IntRange(min=1, max=1000),
-    default=lanes.LANES_SHOWN,
+    default=lane_verbs.LANES_SHOWN,
     show_default=True,
     help="How many lanes to list, deepest first.",
 )
@@ -49,8 +49,8 @@ def lanes_group() -> None:
 def lanes_list(queue: str, top: int, as_json: bool, redis_url: str, wire_version: str) -> None:
     """The deepest lanes of QUEUE: jobs waiting, leased, the group's limit, paused."""
 
-    async def work(client: Redis, scripts: Scripts) -> lanes.LanesView:
-        return await lanes.read_lanes(Queue(client, scripts, queue), top=top)
+    async def work(client: Redis, scripts: Scripts) -> lane_verbs.LanesView:
+        return await lane_verbs.read_lanes(Queue(client, scripts, queue), top=top)
 
     view = run_admin(redis_url, wire_version, work)
     if as_json:
@@ -69,7 +69,7 @@ def lanes_pause(queue: str, group: str, as_json: bool, redis_url: str, wire_vers
     """Take GROUP's lane out of rotation: its jobs wait, its running jobs run on."""
 
     async def work(client: Redis, scripts: Scripts) -> bool:
-        return await lanes.pause_lane(Queue(client, scripts, queue), group)
+        return await lane_verbs.pause_lane(Queue(client, scripts, queue), group)
 
     now = run_admin(redis_url, wire_version, work)
     text = f"paused lane {group!r} of queue {queue!r}" if now else f"lane {group!r} was paused"
@@ -86,7 +86,7 @@ def lanes_resume(queue: str, group: str, as_json: bool, redis_url: str, wire_ver
     """Return GROUP's lane to rotation."""
 
     async def work(client: Redis, scripts: Scripts) -> bool:
-        return await lanes.resume_lane(Queue(client, scripts, queue), group)
+        return await lane_verbs.resume_lane(Queue(client, scripts, queue), group)
 
     was = run_admin(redis_url, wire_version, work)
     text = f"resumed lane {group!r} of queue {queue!r}" if was else f"lane {group!r} was not paused"
@@ -115,7 +115,7 @@ def lanes_limit(
         raise click.UsageError("give LIMIT or --clear")
 
     async def work(client: Redis, scripts: Scripts) -> None:
-        await lanes.limit_lane(Queue(client, scripts, queue), group, limit)
+        await lane_verbs.limit_lane(Queue(client, scripts, queue), group, limit)
 
     run_admin(redis_url, wire_version, work)
     shown = "none" if limit is None else str(limit)

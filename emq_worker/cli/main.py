@@ -8,8 +8,6 @@ from typing import Any
 import click
 from redis.exceptions import RedisError
 
-from emq_worker.beat import daemon
-from emq_worker.beat.config import WorkerSettings
 from emq_worker.cli import admin, control
 from emq_worker.cli.check import run_check
 from emq_worker.cli.dashboard import dashboard as dashboard_command
@@ -40,7 +38,9 @@ from emq_worker.cli.settings_options import settings_from, settings_options
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.jobs.tasks import load_app, with_raw_tasks
 from emq_worker.observe import log
-from emq_worker.server.failures import exit_code_for
+from emq_worker.runtime import daemon
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.valkey.failures import exit_code_for
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

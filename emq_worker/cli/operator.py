@@ -21,8 +21,8 @@ from emq_worker.protocol import ids
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.connection import connect
-from emq_worker.server.reach import explaining
+from emq_worker.valkey.connection import connect
+from emq_worker.valkey.reach import explaining
 
 T = TypeVar("T")
 

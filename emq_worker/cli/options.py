@@ -14,9 +14,9 @@ from click.core import ParameterSource
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, redacted, validate_url
-from emq_worker.server.credentials import with_password
-from emq_worker.server.failures import describe, fatal
+from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, redacted, validate_url
+from emq_worker.valkey.credentials import with_password
+from emq_worker.valkey.failures import describe, fatal
 
 
 def _redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:

@@ -1,5 +1,5 @@
 """How many processes `emq-worker run` uses: `--processes` (worker processes under one parent,
-emq_worker/beat/fleet) and `--process-pool` (the pool for `executor="process"` tasks)."""
+emq_worker/fleet) and `--process-pool` (the pool for `executor="process"` tasks)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from typing import NoReturn
 import click
 from click.core import ParameterSource
 
-from emq_worker.beat.config import WorkerSettings
-from emq_worker.beat.fleet import parent
-from emq_worker.beat.fleet.orphan import PARENT_GONE, join_fleet
-from emq_worker.beat.fleet.plan import PARENT_PID_VARIABLE, PROCESS_INDEX_VARIABLE, FleetPlan
 from emq_worker.cli.options import usage_error
 from emq_worker.errors import ConfigError
+from emq_worker.fleet import parent
+from emq_worker.fleet.orphan import PARENT_GONE, join_fleet
+from emq_worker.fleet.plan import PARENT_PID_VARIABLE, PROCESS_INDEX_VARIABLE, FleetPlan
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
+from emq_worker.runtime.config import WorkerSettings
 
 AUTO = "auto"
 
@@ -63,7 +63,7 @@ process_pool_option = click.option(
 
 
 def fleet_plan(ctx: click.Context, settings: WorkerSettings, processes: int) -> FleetPlan | None:
-    """With `--processes` above 1, what the parent will start (beat/fleet), checked before
+    """With `--processes` above 1, what the parent will start (runtime/fleet), checked before
     anything runs; None for one process. Left at its default, each child's --process-pool is its
     share of the cores."""
     if processes == 1:

@@ -1,12 +1,12 @@
 """`emq-worker drain` and `emq-worker obliterate`: delete a queue's waiting jobs, or the whole
-queue (logic in emq_worker.admin.queue_ops). `clear` is another name for `drain` (one verb per
+queue (logic in emq_worker.admin.whole_queue). `clear` is another name for `drain` (one verb per
 meaning: both deleted the pending jobs, by two different paths)."""
 
 from __future__ import annotations
 
 import click
 
-from emq_worker.admin import queue_ops
+from emq_worker.admin import whole_queue
 from emq_worker.cli.operator import json_option, on_queue, one_queue, report
 from emq_worker.cli.options import redis_url_option, wire_version_option
 
@@ -31,7 +31,7 @@ def drain(
         what = "pending and scheduled" if scheduled else "pending"
         click.confirm(f"Delete every {what} job of queue {queue!r}?", abort=True)
     drained = on_queue(
-        redis_url, wire_version, queue, lambda q: queue_ops.drain_queue(q, scheduled=scheduled)
+        redis_url, wire_version, queue, lambda q: whole_queue.drain_queue(q, scheduled=scheduled)
     )
     text = f"drained {drained} job(s) from queue {queue!r}"
     report(as_json, text, {"queue": queue, "deleted": drained, "scheduled": scheduled})
@@ -58,7 +58,7 @@ def obliterate(queue: str, force: bool, yes: bool, redis_url: str, wire_version:
     if not yes:
         click.confirm(f"Delete queue {queue!r} and all its jobs for good?", abort=True)
     done = on_queue(
-        redis_url, wire_version, queue, lambda q: queue_ops.obliterate_queue(q, force=force)
+        redis_url, wire_version, queue, lambda q: whole_queue.obliterate_queue(q, force=force)
     )
     click.echo(f"obliterated queue {queue!r}: {done.jobs} job(s), {done.keys} other key(s)")
     if not done.complete:

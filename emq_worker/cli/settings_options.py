@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 import click
 
-from emq_worker.beat.config import WorkerSettings
 from emq_worker.errors import ConfigError
 from emq_worker.retry import format_backoff, parse_backoff
+from emq_worker.runtime.config import WorkerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -10,7 +10,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from emq_worker.admin import dead, verbs
+from emq_worker.admin import dead_letter, verbs
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.params import job_param, open_queue
 from emq_worker.dashboard.runtime import dashboard, flash, render
@@ -59,7 +59,7 @@ def chosen_ids(form: FormData) -> list[JobId] | None:
     return named
 
 
-def summary(verb: str, queue: str, result: dead.BulkResult) -> str:
+def summary(verb: str, queue: str, result: dead_letter.BulkResult) -> str:
     skipped = "".join(f"; skipped {job_id}: {why}" for job_id, why in result.skipped[:5])
     return f"{verb} {result.done} dead job(s) in queue {queue!r}{skipped}"
 
@@ -81,7 +81,7 @@ async def _resume(request: Request, form: FormData) -> Response:
 async def _retry(request: Request, form: FormData) -> Response:
     queue = await open_queue(request)
     chosen = chosen_ids(form)
-    result = await dead.retry_dead(queue, chosen)
+    result = await dead_letter.retry_dead(queue, chosen)
     to = f"/queues/{queue.name}/dead"
     if form.get("back") == "job" and chosen is not None and len(chosen) == 1:
         to = f"/queues/{queue.name}/jobs/{chosen[0]}"  # from the job's own page (never a URL)
@@ -94,7 +94,7 @@ async def _purge(request: Request, form: FormData) -> Response:
     if form.get("confirmed") != "yes":
         todo = (await queue.counts()).dead if chosen is None else len(chosen)
         return render(request, "confirm.html", queue=queue.name, chosen=chosen, todo=todo)
-    result = await dead.purge_dead(queue, chosen)
+    result = await dead_letter.purge_dead(queue, chosen)
     return back(f"/queues/{queue.name}/dead", summary("purged", queue.name, result))
 
 

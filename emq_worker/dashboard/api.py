@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from emq_worker.dashboard import fleet, history, listing, pages, queues
+from emq_worker.dashboard import fleet, history_reads, listing, pages, queues
 from emq_worker.dashboard.params import (
     choice_param,
     open_queue,
@@ -25,10 +25,10 @@ async def queues_json(request: Request) -> Response:
 async def history_json(request: Request) -> Response:
     """?range=1h|6h|24h|7d|14d, and ?queue=q (else every queue found, summed)."""
     client = dashboard(request).redis
-    chosen = choice_param(request, "range", tuple(history.RANGES))
+    chosen = choice_param(request, "range", tuple(history_reads.RANGES))
     only = optional_queue_param(request)
     names = [only] if only else (await dashboard(request).queues.find()).queues[:HISTORY_QUEUES]
-    found = await history.series(client, names, chosen)
+    found = await history_reads.series(client, names, chosen)
     return JSONResponse({"queues": names, "range": chosen, **found.as_dict()})
 
 
@@ -38,7 +38,7 @@ async def sparks_json(request: Request) -> Response:
     found = await dashboard(request).queues.find()
     page = queues.Page(page_param(request), pages.QUEUES_PER_PAGE, len(found.queues))
     names = found.queues[page.start : page.stop + 1]
-    return JSONResponse(await history.sparks(client, names))
+    return JSONResponse(await history_reads.sparks(client, names))
 
 
 async def workers_json(request: Request) -> Response:

@@ -30,7 +30,7 @@ from emq_worker.dashboard.security import (
 from emq_worker.dashboard.settings import DashboardSettings
 from emq_worker.errors import ConfigError, EmqError, JobIdError
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.connection import connect, redacted
+from emq_worker.valkey.connection import connect, redacted
 
 STATIC = Path(__file__).parent / "static"
 LISTED = ("pending", "scheduled", "active", "completed")

@@ -10,11 +10,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from emq_worker.beat.presence import presence_entries
 from emq_worker.dashboard.fleet import Holder, holders
 from emq_worker.dashboard.listing import settled_entries
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.servertime import server_ms
+from emq_worker.runtime.presence import presence_entries
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""The workers, from their presence entries (beat/presence.py): who they are, what they serve
+"""The workers, from their presence entries (runtime/presence.py): who they are, what they serve
 and hold, and when they last beat; and, for the lease timeline, who holds which lease since
 when on the server clock.
 
@@ -15,9 +15,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from emq_worker.beat.presence import Entry, presence_entries
 from emq_worker.protocol.keys import QUEUES_KEY
 from emq_worker.protocol.servertime import server_ms
+from emq_worker.runtime.presence import Entry, presence_entries
 
 
 @dataclass(frozen=True, slots=True)

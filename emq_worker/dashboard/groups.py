@@ -1,6 +1,6 @@
 """A queue's fair lanes (jobs enqueued with a group): the page and its JSON twin.
 
-Both read the lanes through the bounded `lanes` script (protocol/lanes.py, the read behind
+Both read the lanes through the bounded `lanes` script (protocol/lane_verbs.py, the read behind
 `emq-worker lanes list`): the deepest `top` lanes and the totals, one call, at most LANES_SCAN
 group names read from each key that names them."""
 
@@ -13,7 +13,7 @@ from emq_worker.admin import verbs
 from emq_worker.dashboard.params import open_queue
 from emq_worker.dashboard.runtime import render
 from emq_worker.errors import ConfigError
-from emq_worker.protocol.lanes import LANES_SCAN, LanesView, read_lanes
+from emq_worker.protocol.lane_verbs import LANES_SCAN, LanesView, read_lanes
 from emq_worker.protocol.queue import Queue
 
 TOP_DEFAULT = 50

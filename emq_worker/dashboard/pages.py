@@ -11,8 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from emq_worker.admin import verbs
-from emq_worker.beat.presence import presence_entries
-from emq_worker.dashboard import fleet, history, layout, listing, queues
+from emq_worker.dashboard import fleet, history_reads, layout, listing, queues
 from emq_worker.dashboard.params import (
     choice_param,
     open_queue,
@@ -22,6 +21,7 @@ from emq_worker.dashboard.params import (
 from emq_worker.dashboard.runtime import dashboard, render
 from emq_worker.protocol import ids
 from emq_worker.protocol.keys import QueueKeys
+from emq_worker.runtime.presence import presence_entries
 
 QUEUES_PER_PAGE = 50
 ERRORS_SHOWN = 3
@@ -120,12 +120,12 @@ async def _fleet(request: Request) -> fleet.Fleet:
     return await fleet.fleet(client, names)
 
 
-async def task_table(request: Request) -> tuple[list[history.TaskRow], str, str | None]:
+async def task_table(request: Request) -> tuple[list[history_reads.TaskRow], str, str | None]:
     client = dashboard(request).redis
-    chosen = choice_param(request, "range", tuple(history.TASK_RANGES))
+    chosen = choice_param(request, "range", tuple(history_reads.TASK_RANGES))
     only = optional_queue_param(request)
     names = [only] if only else (await dashboard(request).queues.find()).queues[:QUEUES_PER_PAGE]
-    rows = await history.task_rows(client, names, chosen)
+    rows = await history_reads.task_rows(client, names, chosen)
     errors: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for name in {row.queue for row in rows}:
         for entry in await listing.settled_entries(client, QueueKeys.of(name)):
@@ -145,7 +145,7 @@ async def tasks_page(request: Request) -> Response:
         "tasks.html",
         rows=rows,
         range=chosen,
-        ranges=tuple(history.TASK_RANGES),
+        ranges=tuple(history_reads.TASK_RANGES),
         only=only,
     )
 

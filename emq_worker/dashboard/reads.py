@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from emq_worker.admin import dead, render, verbs
+from emq_worker.admin import dead_letter, render, verbs
 from emq_worker.dashboard.attempts import holder_of
 from emq_worker.dashboard.fleet import Holder
 from emq_worker.dashboard.listing import preview
@@ -112,9 +112,9 @@ def _line(value: bytes | str) -> str:
 class DeadView:
     counts: Counts
     paused: bool
-    jobs: list[dead.DeadJob]
+    jobs: list[dead_letter.DeadJob]
 
 
 async def dead_view(queue: Queue, limit: int) -> DeadView:
     stats = await verbs.queue_stats(queue)
-    return DeadView(stats.counts, stats.paused, await dead.list_dead(queue, limit))
+    return DeadView(stats.counts, stats.paused, await dead_letter.list_dead(queue, limit))

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from emq_worker.admin import verbs
-from emq_worker.admin.flows import CHILDREN_SHOWN
+from emq_worker.admin.flow_inspect import CHILDREN_SHOWN
 from emq_worker.dashboard.queues import QueueFinder
 from emq_worker.dashboard.security import CSRF_FIELD, Guard, set_csrf_cookie
 from emq_worker.dashboard.settings import DashboardSettings

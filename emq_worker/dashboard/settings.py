@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from emq_worker.errors import ConfigError
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import DEFAULT_TIMEOUT_S, check_socket_timeout, validate_url
+from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, check_socket_timeout, validate_url
 
 LOOPBACK_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080

@@ -29,12 +29,12 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
-from emq_worker.beat.presence import presence_entries
 from emq_worker.dashboard.fleet import Holder, holders
 from emq_worker.dashboard.listing import peek
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.replies import text
 from emq_worker.protocol.servertime import queue_time, to_ms
+from emq_worker.runtime.presence import presence_entries
 
 LEASES_SHOWN = 200
 """Leases a sample reads: the earliest deadlines, which are the ones about to lapse."""

@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse, Response
 from emq_worker.admin import render as admin_render
 from emq_worker.admin import verbs
 from emq_worker.dashboard import attempts, listing, reads
-from emq_worker.dashboard.history import RANGES
+from emq_worker.dashboard.history_reads import RANGES
 from emq_worker.dashboard.layout import lanes
 from emq_worker.dashboard.params import (
     choice_param,

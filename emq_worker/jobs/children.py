@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from emq_worker.jobs import codec
-from emq_worker.protocol.flows import subkey
+from emq_worker.protocol.flow_wire import subkey
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text

@@ -71,7 +71,7 @@ def encode(
     flow_child: bool = False,
 ) -> bytes:
     """`trace`: the W3C trace context of the enqueue (`traceparent`, `tracestate`; tracing.py).
-    `flow_child`: the job is a flow child, whose return value its parent reads (jobs/flows.py)."""
+    `flow_child`: the job is a flow child, whose return value its parent reads (jobs/flow_tree.py)."""
     if not isinstance(task, str) or not task:
         raise PayloadError(f"task name must be a non-empty string; got {task!r}")
     envelope: dict[str, Any] = {"task": task, "kwargs": dict(kwargs or {})}
@@ -121,7 +121,7 @@ class Message(NamedTuple):
     trace: dict[str, str] | None
     """The enqueue's W3C trace context, when the envelope carries a well-formed one."""
     flow_child: bool = False
-    """A flow child: its return value goes to its parent's record (jobs/flows.py)."""
+    """A flow child: its return value goes to its parent's record (jobs/flow_tree.py)."""
 
 
 def decode_job(payload: bytes) -> tuple[str, dict[str, Any], JobPolicy | None]:

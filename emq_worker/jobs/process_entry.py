@@ -18,7 +18,7 @@ from typing import Any
 from emq_worker.jobs.context import JobContext
 from emq_worker.jobs.process_tasks import handler_at
 from emq_worker.jobs.results import encode_result
-from emq_worker.jobs.traces import bounded_trace
+from emq_worker.jobs.tracebacks import bounded_trace
 from emq_worker.protocol.names import JobId, Token
 from emq_worker.protocol.replies import ClaimedJob
 

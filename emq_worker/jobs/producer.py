@@ -12,7 +12,7 @@ answered from the first copy's memo, so a minted id is never minted again for it
 
 Every call waits at most `socket_timeout_s` (5 s by default) for the server's reply: a frozen
 server, or another service on the port, ends it with ServerUnreachableError (ServerTimeoutError
-for no answer) naming the server, never hangs the caller (jobs/resend.py bounds the re-sends).
+for no answer) naming the server, never hangs the caller (jobs/enqueue_resend.py bounds the re-sends).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from redis.asyncio import Redis
 
 from emq_worker.errors import ConfigError
 from emq_worker.jobs import codec, tracing
-from emq_worker.jobs.flows import Flow, FlowJob, write_flow
+from emq_worker.jobs.enqueue_resend import send_enqueue
+from emq_worker.jobs.flow_tree import Flow, FlowJob, write_flow
 from emq_worker.jobs.options import (
     ENQUEUE_NAMES,
     PLACEMENT_NAMES,
@@ -41,17 +42,16 @@ from emq_worker.jobs.options import (
 )
 from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
-from emq_worker.jobs.resend import send_enqueue
 from emq_worker.jobs.results import wait_result
 from emq_worker.protocol.ids import DEFAULT_NODE_ID, SnowflakeMinter, job_id
-from emq_worker.protocol.lanes import validate_group, validate_priority
+from emq_worker.protocol.lane_verbs import validate_group, validate_priority
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
 from emq_worker.protocol.payload_limits import check_payload_size
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import NewJob, ScheduleMode
-from emq_worker.server.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, connect
-from emq_worker.server.reach import naming_server
+from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, connect
+from emq_worker.valkey.reach import naming_server
 
 MAX_REMINTS = 3
 NOW: tuple[ScheduleMode, int] = ("now", 0)

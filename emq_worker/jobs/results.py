@@ -25,7 +25,7 @@ from emq_worker.errors import JobFailedError, ResultTimeoutError, ResultUnavaila
 from emq_worker.jobs import codec
 from emq_worker.protocol.names import Field, JobState
 from emq_worker.protocol.queue import Queue
-from emq_worker.server.connection import socket_timeout_of
+from emq_worker.valkey.connection import socket_timeout_of
 
 RECHECK_S: Final = 1.0
 """A waiter looks at the row at least this often (a dead job pushes no token)."""

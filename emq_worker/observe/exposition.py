@@ -18,7 +18,7 @@ from emq_worker.observe.clock import Clock
 from emq_worker.observe.looplag import LoopLag
 from emq_worker.observe.metrics import DURATION_BUCKETS, Counters
 from emq_worker.observe.sdnotify import Notifier
-from emq_worker.protocol.lanes import LanesView
+from emq_worker.protocol.lane_verbs import LanesView
 from emq_worker.protocol.values import Counts
 
 DURATION_LE = (*(repr(float(bound)) for bound in DURATION_BUCKETS), "+Inf")

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.observe.exposition import WorkerCollector
 from emq_worker.observe.log import get_logger
-from emq_worker.protocol.lanes import LanesView, read_lanes
+from emq_worker.protocol.lane_verbs import LanesView, read_lanes
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.values import Counts
 

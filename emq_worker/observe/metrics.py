@@ -11,7 +11,7 @@ from bisect import bisect_left
 from collections import Counter, deque
 from dataclasses import dataclass, field, fields
 
-from emq_worker.observe.history import FINE_UPPER_S
+from emq_worker.observe.history_format import FINE_UPPER_S
 
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 """Upper bounds (seconds, inclusive) of the job duration histogram; a last bucket is +Inf."""

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from emq_worker.errors import QueueNameError
-from emq_worker.server.fence import VERSION_KEY as VERSION_KEY
+from emq_worker.valkey.fence import VERSION_KEY as VERSION_KEY
 
 QUEUES_KEY = "{emq}:queues"
 """ZSET of the queues emq-worker workers serve (score: the last time one said so, unix ms): how

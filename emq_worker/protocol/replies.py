@@ -89,7 +89,7 @@ class PromoteResult:
     next_due_ms: int | None
     more: bool
     outbox: int = 0
-    """Entries waiting in the queue's flow outbox (the beat sweeps them: beat/outbox.py)."""
+    """Entries waiting in the queue's flow outbox (the beat sweeps them: runtime/outbox.py)."""
 
 
 def text(value: Any) -> str:

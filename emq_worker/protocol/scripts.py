@@ -6,7 +6,7 @@ names, in the header's order, so a wrapper cannot pass too few keys or two in th
 NOSCRIPT (server restart, failover, SCRIPT FLUSH) the script is loaded again and the call retried
 once. Error replies whose text starts with an EchoMQ class word become typed exceptions here, in
 exactly one place. The RESENDABLE verbs are re-sent once on a fresh connection when theirs is lost
-(server/resend.py); the others never are.
+(valkey/resend_once.py); the others never are.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from emq_worker.errors import (
     ScriptError,
     StateError,
 )
-from emq_worker.server.cluster import ClusterUnavailableError, is_moving
-from emq_worker.server.resend import resend_once
+from emq_worker.valkey.cluster import ClusterUnavailableError, is_moving
+from emq_worker.valkey.resend_once import resend_once
 
 _INCLUDE = re.compile(r"^--- @include (\w+)\s*$", re.MULTILINE)
 _KEY_LINE = re.compile(r"^-- KEYS\[(\d+)\] = (\S+)", re.MULTILINE)

@@ -13,10 +13,10 @@ from emq_worker.observe.metrics import Counters
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.connection import connect
 from emq_worker.testing.clock import fast_forward, fire_repeats
 from emq_worker.testing.idle import run_until_idle
 from emq_worker.testing.outcomes import JobOutcome, expect_completed, expect_dead, outcome
+from emq_worker.valkey.connection import connect
 
 
 class Emq:

@@ -6,15 +6,15 @@ from typing import Any, Final
 
 import anyio
 
-from emq_worker.beat.config import WorkerSettings
-from emq_worker.beat.worker import Worker
 from emq_worker.jobs.tasks import App
 from emq_worker.observe.metrics import Counters
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.connection import connect
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.runtime.worker import Worker
 from emq_worker.testing.clock import fast_forward
+from emq_worker.valkey.connection import connect
 
 DEFAULT_TIMEOUT_S: Final = 10.0
 BEAT_MS: Final = 20

@@ -11,9 +11,9 @@ from typing import Final
 
 import pytest
 
-from emq_worker.server.binary import embedded_binary, find_server
-from emq_worker.server.local import LocalServer
 from emq_worker.testing.bound import Emq
+from emq_worker.valkey.binary import embedded_binary, find_server
+from emq_worker.valkey.local import LocalServer
 
 URL_VARIABLE: Final = "EMQ_TESTING_URL"
 """A server to use instead of starting one (its queues are the tests' unique names)."""

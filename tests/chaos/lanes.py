@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from emq_worker import JobSpec, Producer
 from emq_worker.protocol.keys import QueueKeys
-from emq_worker.protocol.lanes import limit_lane
+from emq_worker.protocol.lane_verbs import limit_lane
 from tests.chaos.faults import Fleet, judge, pick
 from tests.chaos.ledger import DONE, read_ledger
 from tests.chaos.rows import SLACK_S, RowResult, completed_count, stage, stop_gracefully

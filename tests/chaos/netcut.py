@@ -34,7 +34,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.chaos import netns
 from tests.chaos.checker import Fault
 from tests.chaos.cutfacts import Deadlines, Takeover, next_renewal, summarize, takeovers

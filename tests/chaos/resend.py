@@ -22,7 +22,7 @@ from redis.asyncio.retry import Retry
 from emq_worker import JobSpec, Producer
 from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.chaos.checker import Fault
 from tests.chaos.faults import Fleet, judge, wait_drained
 from tests.chaos.proxy import Proxy

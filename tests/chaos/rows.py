@@ -24,11 +24,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from emq_worker.beat.config import WorkerSettings
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.connection import connect
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.valkey.connection import connect
 from tests.chaos.checker import Fault, Verdict
 from tests.chaos.faults import Fleet, enqueue, judge, pick, unfinished, wait_drained
 from tests.chaos.ledger import START, Event, read_ledger

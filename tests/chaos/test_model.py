@@ -35,7 +35,7 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import SettleResult
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import Completion, Failure, HeldLease, NewJob, OfferTerms
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 
 LONG_MS = 60_000
 """Leases and retry delays: nothing lapses or falls due unless a rule says time passed."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emq_worker.beat.queue_health import BACKOFF_CAP_S
+from emq_worker.runtime.queue_health import BACKOFF_CAP_S
 from tests.chaos.rows import AmnesiaSize, RestartSize, redis_amnesia, redis_restarts
 
 pytestmark = pytest.mark.fault

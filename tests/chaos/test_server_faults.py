@@ -23,7 +23,7 @@ from redis.exceptions import ReadOnlyError, ResponseError
 
 from emq_worker import JobSpec, Producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.chaos.faults import Fleet, enqueue, judge, wait_drained
 from tests.chaos.rows import completed_count, stop_gracefully
 from tests.support.processes import WorkerProcess, WorkerProcesses

@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from emq_worker.protocol.keys import QueueKeys, hash_slot
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.support.cluster import ClusterOfServers
 
 

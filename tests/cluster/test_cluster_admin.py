@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 from emq_worker.cli.main import main
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.cluster.conftest import spread_queues
 from tests.support.cluster import ClusterOfServers
 

@@ -16,11 +16,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError, TryAgainError
 from redis.utils import HIREDIS_AVAILABLE
 
-from emq_worker.beat.config import WorkerSettings
-from emq_worker.beat.lease import Lease, LeaseBook
-from emq_worker.beat.renewal import RenewalSweep
-from emq_worker.beat.state import StopSignal, WorkerState
-from emq_worker.beat.wakes import WakeWaiter
 from emq_worker.errors import ConfigError, VersionFenceError
 from emq_worker.jobs.producer import JobSpec, Producer
 from emq_worker.observe.clock import MonotonicClock
@@ -31,10 +26,15 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, LostLease, SettleStatus
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import RENEW_CHUNK, HeldLease
-from emq_worker.server.cluster import ClusterUnavailableError, FencedCluster, is_moving
-from emq_worker.server.cluster_url import parse_cluster_url
-from emq_worker.server.connection import connect, redacted, validate_url
-from emq_worker.server.credentials import PASSWORD_FILE_ENV, with_password
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.runtime.lease import Lease, LeaseBook
+from emq_worker.runtime.renewal import RenewalSweep
+from emq_worker.runtime.state import StopSignal, WorkerState
+from emq_worker.runtime.wakes import WakeWaiter
+from emq_worker.valkey.cluster import ClusterUnavailableError, FencedCluster, is_moving
+from emq_worker.valkey.cluster_url import parse_cluster_url
+from emq_worker.valkey.connection import connect, redacted, validate_url
+from emq_worker.valkey.credentials import PASSWORD_FILE_ENV, with_password
 from tests.cluster.conftest import spread_queues
 from tests.support.cluster import ClusterOfServers
 from tests.support.wait import eventually

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from emq_worker.protocol.keys import QueueKeys, hash_slot
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.cluster.conftest import spread_queues
 from tests.cluster.fleet import (
     all_done,

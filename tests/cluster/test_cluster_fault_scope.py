@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.keys import VERSION_KEY, hash_slot
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.chaos.faults import CHAOS_APP
 from tests.chaos.ledger import START
 from tests.cluster.conftest import spread_queues

@@ -7,8 +7,8 @@ from __future__ import annotations
 from emq_worker.errors import VersionFenceError
 from emq_worker.protocol.keys import VERSION_KEY, hash_slot
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.cluster import FencedCluster
-from emq_worker.server.connection import connect
+from emq_worker.valkey.cluster import FencedCluster
+from emq_worker.valkey.connection import connect
 from tests.support.cluster import ClusterOfServers
 from tests.support.wait import eventually
 

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import structlog
 
-from emq_worker.beat.isolation import QueueIsolation
-from emq_worker.beat.offers import Offers
-from emq_worker.beat.wakes import WakeWaiter
 from emq_worker.observe.clock import MonotonicClock
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.server.connection import connect
+from emq_worker.runtime.isolation import QueueIsolation
+from emq_worker.runtime.offers import Offers
+from emq_worker.runtime.wakes import WakeWaiter
+from emq_worker.valkey.connection import connect
 from tests.cluster.conftest import spread_queues
 from tests.support.cluster import ClusterOfServers
 

@@ -11,8 +11,8 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker import FlowJob, Producer
-from emq_worker.admin.flows import CHILDREN_SHOWN
-from emq_worker.protocol.lanes import limit_lane, pause_lane
+from emq_worker.admin.flow_inspect import CHILDREN_SHOWN
+from emq_worker.protocol.lane_verbs import limit_lane, pause_lane
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import Completion

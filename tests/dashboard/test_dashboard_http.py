@@ -35,7 +35,7 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob, text
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import HeldLease
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.support.processes import EMQ_WORKER
 from tests.support.wait import eventually
 

@@ -11,14 +11,14 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker import Producer
-from emq_worker.beat.history import HistoryRecorder
-from emq_worker.beat.lease import Lease
-from emq_worker.beat.presence import Presence, WorkerRegistry
-from emq_worker.observe.history import bucket_upper_ms, duration_bucket, percentile
+from emq_worker.observe.history_format import bucket_upper_ms, duration_bucket, percentile
 from emq_worker.observe.metrics import Counters
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimedJob
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.runtime.history_flush import HistoryRecorder
+from emq_worker.runtime.lease import Lease
+from emq_worker.runtime.presence import Presence, WorkerRegistry
 from tests.dashboard.test_dashboard_http import browsing, claim, enqueue, kill, lease_of
 
 PAGES = ("/", "/workers", "/tasks", "/search")

@@ -17,9 +17,6 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 from redis.asyncio import Redis
 
-from emq_worker.beat.history import HistoryRecorder
-from emq_worker.beat.lease import Lease
-from emq_worker.beat.presence import Presence, WorkerRegistry
 from emq_worker.dashboard import queues
 from emq_worker.jobs import codec
 from emq_worker.observe.metrics import Counters
@@ -27,6 +24,9 @@ from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.keys import QUEUES_KEY, QueueKeys
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.runtime.history_flush import HistoryRecorder
+from emq_worker.runtime.lease import Lease
+from emq_worker.runtime.presence import Presence, WorkerRegistry
 from tests.dashboard.test_dashboard_http import browsing
 
 pytestmark = pytest.mark.fault

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from emq_worker.admin import dead as dead_letter
+from emq_worker.admin import dead_letter
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.replies import text
 from emq_worker.testing import outcome

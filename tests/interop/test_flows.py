@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker import App, FlowError, FlowJob, JobContext
-from emq_worker.protocol.flows import outbox_key
+from emq_worker.protocol.flow_wire import outbox_key
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue

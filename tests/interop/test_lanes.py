@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from emq_worker import App, JobContext
-from emq_worker.protocol.lanes import limit_lane, pause_lane, resume_lane
+from emq_worker.protocol.lane_verbs import limit_lane, pause_lane, resume_lane
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.replies import text
 from tests.interop.echomq import EchoMQ

@@ -15,10 +15,10 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from emq_worker.admin import dead as dead_letter
+from emq_worker.admin import dead_letter
 from emq_worker.errors import LockedError
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
-from emq_worker.server.connection import connect
+from emq_worker.valkey.connection import connect
 from tests.interop.echomq import EchoMQ, command
 from tests.support.conformance import Harness, lapse
 from tests.support.server import RedisServer

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from redis.asyncio import Redis
 
-from emq_worker.admin import queue_ops
+from emq_worker.admin import whole_queue
 from emq_worker.admin.verbs import cancel_job
 from emq_worker.cli.main import main
 from tests.interop.echomq import EchoMQ
@@ -58,7 +58,7 @@ async def test_our_obliterate_removes_what_echomqs_leaves(conf: Harness, emq: Ec
     endless = {key for key in left if await conf.client.pttl(conf.keys.prefix + key) < 0}
     assert endless == set()
     await conf.queue.pause()  # EchoMQ's obliterate deleted meta: the queue ended unpaused
-    done = await queue_ops.obliterate_queue(conf.queue)
+    done = await whole_queue.obliterate_queue(conf.queue)
     assert done.complete
     assert await keys_left(conf.client, conf.keys.prefix) == set()
 
@@ -67,13 +67,13 @@ async def test_obliterate_refuses_unless_paused_and_with_active_jobs_unless_forc
     conf: Harness,
 ) -> None:
     await busy_queue(conf)
-    with pytest.raises(queue_ops.NotPausedError, match="not paused"):
-        await queue_ops.obliterate_queue(conf.queue)
+    with pytest.raises(whole_queue.NotPausedError, match="not paused"):
+        await whole_queue.obliterate_queue(conf.queue)
     await conf.queue.pause()
-    with pytest.raises(queue_ops.ActiveJobsError, match="1 active"):
-        await queue_ops.obliterate_queue(conf.queue)
+    with pytest.raises(whole_queue.ActiveJobsError, match="1 active"):
+        await whole_queue.obliterate_queue(conf.queue)
     assert (await conf.queue.counts()).pending == 3
-    done = await queue_ops.obliterate_queue(conf.queue, force=True, batch=2)
+    done = await whole_queue.obliterate_queue(conf.queue, force=True, batch=2)
     assert done.jobs == 6  # the active one (forced), 3 pending, a scheduled and a dead one
     assert await keys_left(conf.client, conf.keys.prefix) == set()
 
@@ -86,7 +86,7 @@ async def test_drain_deletes_waiting_jobs_with_our_keys_and_leaves_active_ones(
     await conf.client.sadd(conf.keys.suspects, ids[0])
     running = await conf.claim_one()
     later = await conf.enqueue(delay_ms=60_000)
-    assert await queue_ops.drain_queue(conf.queue, batch=2) == 3
+    assert await whole_queue.drain_queue(conf.queue, batch=2) == 3
     counts = await conf.queue.counts()
     assert (counts.pending, counts.active, counts.scheduled) == (0, 1, 1)
     assert running.id == ids[0]
@@ -94,7 +94,7 @@ async def test_drain_deletes_waiting_jobs_with_our_keys_and_leaves_active_ones(
     for job_id in (*ids[1:], deduped):
         assert await conf.row(job_id) == {}
     assert not await conf.exists(conf.keys.prefix + "de:o-1")
-    assert await queue_ops.drain_queue(conf.queue, scheduled=True) == 1
+    assert await whole_queue.drain_queue(conf.queue, scheduled=True) == 1
     assert await conf.row(later) == {}
 
 

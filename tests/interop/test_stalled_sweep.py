@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from emq_worker.admin import dead as dead_letter
-from emq_worker.admin import verbs
+from emq_worker.admin import dead_letter, verbs
 from emq_worker.protocol.names import JobId
 from tests.interop.echomq import EchoMQ
 from tests.support.conformance import Harness, lapse

@@ -15,7 +15,7 @@ import anyio
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext
-from emq_worker.observe.history import (
+from emq_worker.observe.history_format import (
     HOUR_MS,
     HOURS_KEPT_MS,
     MINUTE_MS,

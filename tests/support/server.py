@@ -19,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from emq_worker.server.binary import find_server, label
+from emq_worker.valkey.binary import find_server, label
 
 SERVER_VARIABLE = "EMQ_TEST_SERVER"
 START_DEADLINE_S = 10.0

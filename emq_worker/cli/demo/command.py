@@ -14,8 +14,8 @@ from emq_worker.cli.demo.server import DemoError, find_server, throwaway_server
 from emq_worker.cli.demo.stories import STORIES, Story
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.server.binary import label
-from emq_worker.server.connection import connect
+from emq_worker.valkey.binary import label
+from emq_worker.valkey.connection import connect
 
 
 async def tell(url: str, echo: Callable[[str], None]) -> bool:

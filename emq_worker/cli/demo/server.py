@@ -1,4 +1,4 @@
-"""The throwaway server the demo brings (see emq_worker.server.binary for which binary): on a
+"""The throwaway server the demo brings (see emq_worker.valkey.binary for which binary): on a
 free port, in a temporary directory with persistence off, stopped and removed on exit."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from emq_worker.cli.demo.timing import START_TIMEOUT_S
-from emq_worker.server import binary
-from emq_worker.server.local import LocalServer, ServerStartError
+from emq_worker.valkey import binary
+from emq_worker.valkey.local import LocalServer, ServerStartError
 
 
 class DemoError(Exception):

@@ -17,8 +17,6 @@ from typing import Any
 import structlog
 from redis.asyncio import Redis
 
-from emq_worker.beat.config import WorkerSettings
-from emq_worker.beat.worker import Worker
 from emq_worker.cli.demo.app import demo_app
 from emq_worker.cli.demo.recorder import RECORDER
 from emq_worker.cli.demo.server import DemoError
@@ -29,6 +27,8 @@ from emq_worker.cli.demo.timing import (
     START_TIMEOUT_S,
     WATCHER_BEAT_MS,
 )
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.runtime.worker import Worker
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 -- flow: write the jobs of a flow (parents and their children) that live in one queue, all or
 -- none. A flow in one queue is one call; a flow across queues is one call per connected part
--- in one queue, parents' parts first (jobs/flows.py), so a child never exists before its parent.
+-- in one queue, parents' parts first (jobs/flow_tree.py), so a child never exists before its parent.
 --
 -- KEYS[1] = emq:{q}:pending
 -- KEYS[2] = emq:{q}:wake

@@ -1,6 +1,6 @@
 -- obliterate: delete a paused queue's jobs and keys, as EchoMQ's obliterate does, and the keys
 -- of ours it does not know by name. The caller sweeps what no name reaches (claim memos,
--- hand-off lists, de:<did> keys without a job: admin/queue_ops.py) once this replies done.
+-- hand-off lists, de:<did> keys without a job: admin/whole_queue.py) once this replies done.
 --
 -- KEYS[1] = emq:{q}:meta
 -- KEYS[2] = emq:{q}:active

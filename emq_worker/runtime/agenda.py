@@ -1,0 +1,177 @@
+"""When each queue next needs the supervisor: an upkeep check, a claim, a promote, a repeat scan.
+
+An idle worker spends nothing on a queue per beat. It parks on every wake key at once (each job
+our scripts make ready pushes a token), and keeps, per queue, what it learned:
+- `check_at`: its next upkeep check (lua/upkeep.lua: what is due, and is anything pending), at
+  most one check window after the last, or when the earliest lease it saw lapses;
+- `promote_at`, `repeat_at`: when the next scheduled job and the next repeat fall due;
+- `claim_at`: when to claim again without being asked: a limit's window reopens, or a standing
+  hand-off offer is renewed before it lapses;
+- `wanted`: the next drain claims it. At start; after a wake token or a hand-off on it; while its
+  last claim was full; when a check finds jobs pending or a reap or promote made some ready. A
+  claim that comes back short (the queue ran dry) ends it.
+A wake token may announce a due time rather than a job (a job scheduled for later, a repeat
+registered): a woken queue whose claim takes nothing is promoted and scanned for repeats at once.
+
+The check window grows with the number of queues, so that one worker checks about
+CHECKS_PER_BEAT queues per beat however many it serves, and stays under a third of the lease, so
+that a lease taken since the last check is seen before it can lapse. Burst mode checks and claims
+every queue on every pass.
+
+Pure bookkeeping (times are passed in), tested alone.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from emq_worker.protocol.upkeep_check import UpkeepDue
+
+CHECKS_PER_BEAT = 10
+"""About how many queues an idle worker checks per beat (each at least once per beat below it)."""
+CHECK_JITTER = 0.1
+"""A check window is cut by up to this share at random, so that the checks of many queues spread
+over the window instead of falling due together."""
+
+
+def check_window_s(queues: int, beat_s: float, lease_s: float) -> float:
+    """How long a check that found nothing due vouches for a queue."""
+    beats = max(1, math.ceil(queues / CHECKS_PER_BEAT))
+    return min(beats * beat_s, lease_s / 3)
+
+
+@dataclass(slots=True)
+class QueueTimes:
+    check_at: float = 0.0
+    wanted: bool = True
+    woken: bool = False
+    """A wake token of this queue was popped since its last claim."""
+    claim_at: float | None = None
+    promote_at: float | None = None
+    repeat_at: float | None = None
+    scheduled: bool = False
+    """The last check or promote saw a scheduled job (burst mode is not idle then)."""
+
+
+class Agenda:
+    def __init__(
+        self, names: Iterable[str], window_s: float, beat_s: float, rng: random.Random
+    ) -> None:
+        self.window_s = window_s
+        self.beat_s = beat_s
+        self.rng = rng
+        self._times = {name: QueueTimes() for name in names}
+        self._woken_dry: list[str] = []
+
+    def __getitem__(self, name: str) -> QueueTimes:
+        return self._times[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._times)
+
+    def window(self) -> float:
+        """The window of the next check: the check window, cut by up to CHECK_JITTER."""
+        return self.window_s * self.rng.uniform(1 - CHECK_JITTER, 1)
+
+    def checked(
+        self, name: str, due: UpkeepDue, now: float, window_s: float, busy: bool = False
+    ) -> None:
+        """Record a check made with `window_s`: when to check again, what falls due when,
+        whether to claim. A check held by another worker's is made again a window after that
+        one lapses: its maker checks again first (when it lapses), so each queue costs the fleet
+        about one full check per window, and if its maker is gone, one window later at most. A
+        queue with leases (`busy`: this worker holds some; or the check saw some) is checked at
+        least once per beat, as the reaper always ran: a stalled server's lapsed leases are then
+        reaped by the check already queued when it resumes, before their holders renew them."""
+        times = self._times[name]
+        busy = busy or due.reap_in is not None
+        if due.held_ms is not None:
+            again = due.held_ms / 1000 + window_s
+        else:
+            again = window_s if due.reap_in is None else min(window_s, due.reap_in / 1000)
+            times.promote_at = _at(now, due.promote_in)
+            times.repeat_at = _at(now, due.repeat_in)
+            times.scheduled = due.promote_in is not None
+            times.wanted = times.wanted or due.pending > 0
+        times.check_at = now + (min(again, self.beat_s) if busy else again)
+
+    def reaped(self, name: str, returned: int, more: bool, now: float) -> None:
+        """A check reaped: jobs it returned are claimed; `more`: its batch was full, so check (and
+        reap) again on the next pass."""
+        times = self._times[name]
+        if more:
+            times.check_at = now
+        times.wanted = times.wanted or returned > 0
+
+    def promoted(self, name: str, promoted: int, next_due_ms: int | None, now: float) -> None:
+        times = self._times[name]
+        times.promote_at = _at(now, next_due_ms)
+        times.scheduled = next_due_ms is not None
+        times.wanted = times.wanted or promoted > 0
+
+    def repeats_fired(self, name: str, next_in_ms: int | None, now: float) -> None:
+        self._times[name].repeat_at = _at(now, next_in_ms)
+
+    def woken(self, name: str) -> None:
+        times = self._times[name]
+        times.wanted = times.woken = True
+
+    def want(self, name: str) -> None:
+        self._times[name].wanted = True
+
+    def wants_claim(self, name: str, now: float) -> bool:
+        """Whether the drain claims `name` now (a `claim_at` that has come makes it wanted)."""
+        times = self._times[name]
+        if times.claim_at is not None and now >= times.claim_at:
+            times.wanted, times.claim_at = True, None
+        return times.wanted
+
+    def claimed(self, name: str, leased: int, dry: bool, renew_at: float | None) -> None:
+        """A claim leased `leased` jobs; `dry`: it came back short. `renew_at`: when a hand-off
+        offer it left must be renewed."""
+        times = self._times[name]
+        if times.woken and leased == 0:
+            self._woken_dry.append(name)
+        times.woken = False
+        if dry:
+            times.wanted = False
+        times.claim_at = renew_at
+
+    def held_back(self, name: str, until: float) -> None:
+        """A limit refused the claim: claim again no sooner than `until`."""
+        times = self._times[name]
+        times.wanted, times.claim_at = False, until
+
+    def woken_dry(self) -> list[str]:
+        """The queues a wake token woke whose claim took nothing, since the last call."""
+        names, self._woken_dry = self._woken_dry, []
+        return names
+
+    def eager(self, now: float) -> None:
+        """Burst mode: check and claim every queue on this pass."""
+        for times in self._times.values():
+            times.check_at, times.wanted = now, True
+
+    def next_time(self, now: float) -> float | None:
+        """The soonest future time anything falls due (a time already past is being handled,
+        or waits on something else: it must not end a park at once, which would spin)."""
+        soonest: float | None = None
+        for times in self._times.values():
+            for at in (times.check_at, times.claim_at, times.promote_at, times.repeat_at):
+                if at is not None and at > now and (soonest is None or at < soonest):
+                    soonest = at
+        return soonest
+
+    def scheduled(self) -> bool:
+        return any(times.scheduled for times in self._times.values())
+
+    def holding(self) -> bool:
+        """Some queue waits for a time to claim again (a limit's window; an offer's renewal)."""
+        return any(times.claim_at is not None for times in self._times.values())
+
+
+def _at(now: float, in_ms: int | None) -> float | None:
+    return None if in_ms is None else now + in_ms / 1000

@@ -1,0 +1,185 @@
+"""Who is alive: each worker announces itself, every third of its entry's TTL.
+
+`{emq}:worker:<id>` is a string holding a small JSON description (host, pid, version, queues,
+concurrency, busy slots, how many it completed, when it last beat, and per queue where it holds
+any the jobs it holds and for how long), with a TTL of a few beats: a worker that stops beating
+disappears by itself, and one that stops gracefully deletes its entry. `{emq}:workers` indexes
+them (a ZSET scored by the last beat), so readers never SCAN the keyspace. Four commands per
+refresh whatever the number of queues: an idle worker's presence used to cost four per queue.
+
+A user whose ACL does not grant the `{emq}:` keys gets NOPERM: the registry then falls back to
+one entry per queue (`emq:{q}:worker:<id>`, indexed by `emq:{q}:workers`), which readers still
+read (and workers of earlier versions write).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import NoPermissionError
+
+from emq_worker.protocol.keys import WORKERS_KEY, QueueKeys, worker_entry_key
+from emq_worker.runtime.lease import Lease
+from emq_worker.runtime.presence_read import HELD_ON
+from emq_worker.runtime.presence_read import Entry as Entry
+from emq_worker.runtime.presence_read import live_workers as live_workers
+from emq_worker.runtime.presence_read import presence_entries as presence_entries
+
+BEATS_TO_LIVE = 3
+MIN_TTL_MS = 10_000
+"""An entry outlives a few missed beats, and at least this long (the beat may back off)."""
+HELD_LISTED = 100
+"""Held jobs an entry names (the longest held first); `held_here` counts them all."""
+INDEX_PRUNE_TTLS = 10
+"""An index member whose worker has not beaten for this many entry TTLs is dropped (by any
+worker's beat: generous, as the score is the member's own clock)."""
+PRUNE_EVERY = 10
+"""Refreshes between two prunes of the index (and renewals of its TTL, INDEX_PRUNE_TTLS entry
+TTLs long): the others cost a SET and a ZADD."""
+
+
+def worker_key(keys: QueueKeys, worker_id: str) -> str:
+    return keys.worker(worker_id)
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("emq-worker")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    """What a worker says about itself."""
+
+    held: int
+    completed: int
+    running: int = 0
+    """Held jobs whose handler still runs: the busy slots."""
+    leases: Mapping[str, Sequence[Lease]] = field(default_factory=dict)
+    """The leases held per queue."""
+    now: float = 0.0
+    """The monotonic time the leases' `claimed_at` is compared with."""
+
+
+class WorkerRegistry:
+    def __init__(
+        self,
+        client: Redis,
+        queues: Sequence[str],
+        concurrency: int,
+        beat_ms: int,
+        lease_ms: int = 0,
+    ) -> None:
+        self.client = client
+        self.queues = list(queues)
+        self.keys = [QueueKeys.of(name) for name in queues]
+        self.concurrency = concurrency
+        self.beat_ms = beat_ms
+        self.lease_ms = lease_ms
+        self.ttl_ms = max(BEATS_TO_LIVE * beat_ms, MIN_TTL_MS)
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.id = f"{self.host}:{self.pid}:{secrets.token_hex(2)}"
+        self.started = time.time()
+        self.version = package_version()
+        self._refreshes = 0
+        self.per_queue = False
+        """The ACL refused `{emq}:` keys: one entry per queue instead."""
+
+    def describe(self, presence: Presence, beat: float) -> dict[str, Any]:
+        """The fields every queue's entry shares."""
+        return {
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "version": self.version,
+            "queues": self.queues,
+            "concurrency": self.concurrency,
+            "lease_ms": self.lease_ms,
+            "beat_ms": self.beat_ms,
+            "ttl_ms": self.ttl_ms,
+            "held": presence.held,
+            "busy": presence.running,
+            "completed": presence.completed,
+            "started": round(self.started, 3),
+            "beat": round(beat, 3),
+        }
+
+    async def beat(self, presence: Presence) -> None:
+        """Announce this worker: one entry for all its queues (or, when the ACL refuses the
+        `{emq}:` keys, one per queue, as workers before 0.x did)."""
+        beat = time.time()
+        shared = self.describe(presence, beat)
+        self._refreshes += 1
+        if not self.per_queue:
+            held = {
+                name: held_on(leases, presence.now)
+                for name, leases in presence.leases.items()
+                if leases
+            }
+            entry = _json({**shared, HELD_ON: held})
+            try:
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.set(worker_entry_key(self.id), entry, px=self.ttl_ms)
+                    self._index(pipe, WORKERS_KEY, int(beat * 1000))
+                    await pipe.execute()
+                return
+            except NoPermissionError:
+                self.per_queue = True  # an ACL limited to the queues' keys
+        await self._beat_per_queue(presence, shared)
+
+    async def _beat_per_queue(self, presence: Presence, shared: dict[str, Any]) -> None:
+        beat_ms = int(float(shared["beat"]) * 1000)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for name, keys in zip(self.queues, self.keys, strict=True):
+                held = held_on(presence.leases.get(name, ()), presence.now)
+                pipe.set(worker_key(keys, self.id), _json({**shared, **held}), px=self.ttl_ms)
+                self._index(pipe, keys.workers, beat_ms)
+            await pipe.execute()
+
+    def _index(self, pipe: Pipeline, index: str, beat_ms: int) -> None:
+        """Score this worker's last beat in `index`; now and then, drop the long gone and keep
+        the index alive."""
+        pipe.zadd(index, {self.id: beat_ms})
+        if self._refreshes % PRUNE_EVERY != 1:
+            return
+        pipe.zremrangebyscore(index, "-inf", beat_ms - INDEX_PRUNE_TTLS * self.ttl_ms)
+        pipe.pexpire(index, INDEX_PRUNE_TTLS * self.ttl_ms)
+
+    async def leave(self) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            if self.per_queue:
+                for keys in self.keys:
+                    pipe.delete(worker_key(keys, self.id))
+                    pipe.zrem(keys.workers, self.id)
+            else:
+                pipe.delete(worker_entry_key(self.id))
+                pipe.zrem(WORKERS_KEY, self.id)
+            await pipe.execute()
+
+
+def held_on(leases: Sequence[Lease], now: float) -> dict[str, Any]:
+    """`held_here` and `jobs`: [id, attempt, ms since its claim] of the longest held."""
+    listed = heapq.nsmallest(HELD_LISTED, leases, key=lambda lease: lease.claimed_at)
+    jobs = [
+        [lease.job.id, int(lease.job.token), max(0, int((now - lease.claimed_at) * 1000))]
+        for lease in listed
+    ]
+    return {"held_here": len(leases), "jobs": jobs}
+
+
+def _json(fields: dict[str, Any]) -> str:
+    return json.dumps(fields, separators=(",", ":"))
