@@ -71,7 +71,8 @@ def encode(
     flow_child: bool = False,
 ) -> bytes:
     """`trace`: the W3C trace context of the enqueue (`traceparent`, `tracestate`; tracing.py).
-    `flow_child`: the job is a flow child, whose return value its parent reads (jobs/flow_tree.py)."""
+    `flow_child`: the job is a flow child, whose return value its parent reads
+    (jobs/flow_tree.py)."""
     if not isinstance(task, str) or not task:
         raise PayloadError(f"task name must be a non-empty string; got {task!r}")
     envelope: dict[str, Any] = {"task": task, "kwargs": dict(kwargs or {})}

@@ -12,7 +12,8 @@ answered from the first copy's memo, so a minted id is never minted again for it
 
 Every call waits at most `socket_timeout_s` (5 s by default) for the server's reply: a frozen
 server, or another service on the port, ends it with ServerUnreachableError (ServerTimeoutError
-for no answer) naming the server, never hangs the caller (jobs/enqueue_resend.py bounds the re-sends).
+for no answer) naming the server, never hangs the caller (jobs/enqueue_resend.py bounds the
+re-sends).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The history format: what workers did, per queue, in minute and hour buckets on the server.
 
-Shared by the writer (the beat's flush, `runtime/history_flush.py`, through `lua/history.lua`) and the
-readers (the dashboard). A bucket is a hash whose fields are counts added with HINCRBY, so the
-flushes of any number of workers add up, and so do buckets (a day is the sum of its hours):
+Shared by the writer (the beat's flush, `runtime/history_flush.py`, through `lua/history.lua`)
+and the readers (the dashboard). A bucket is a hash whose fields are counts added with HINCRBY, so
+the flushes of any number of workers add up, and so do buckets (a day is the sum of its hours):
 
 - `completed`, `retried`, `dead`, `reaped`, `claims`: jobs counted in that minute or hour;
 - `dur_sum_us`, `dur_count`: the handlers' run time, summed in microseconds, and how many;

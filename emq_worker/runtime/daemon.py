@@ -34,12 +34,12 @@ GC_YOUNG_THRESHOLD = 20_000
 
 
 @dataclass(slots=True)
-class Outcome:
+class ExitStatus:
     exit_code: int = EXIT_OK
 
 
 async def _watch_signals(
-    worker: Worker, outcome: Outcome, graceful: signal.Signals | None = None
+    worker: Worker, outcome: ExitStatus, graceful: signal.Signals | None = None
 ) -> None:
     log = get_logger()
     watched = (signal.SIGTERM, signal.SIGINT, *([graceful] if graceful else []))
@@ -74,7 +74,7 @@ async def serve(
     timeout_s = settings.check_timeout_ms / 1000
     await reach(settings.redis_url, settings.wire_version, get_logger(), wait_s, timeout_s)
     worker = Worker(settings, app, notifier=notifier)
-    outcome = Outcome()
+    outcome = ExitStatus()
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(_watch_signals, worker, outcome, graceful)

@@ -1,5 +1,5 @@
-"""Reading who is alive (runtime/presence.py writes it): for each queue asked about, the live workers
-that serve it, with what each holds there.
+"""Reading who is alive (runtime/presence.py writes it): for each queue asked about, the live
+workers that serve it, with what each holds there.
 
 A worker's entry is `{emq}:worker:<id>`, one for all its queues, indexed by `{emq}:workers`.
 Entries per queue (`emq:{q}:worker:<id>`, indexed by `emq:{q}:workers`) are read too: workers of
