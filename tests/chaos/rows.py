@@ -25,7 +25,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.protocol.keys import QueueKeys
-from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, attempts_run
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.runtime.config import WorkerSettings
 from emq_worker.valkey.connection import connect
@@ -176,7 +176,9 @@ async def poison_job(directory: Path, size: PoisonSize) -> RowResult:
     starts = [e.attempt for e in ledger if e.job == poison and e.kind == START]
     facts = {
         "poison_state": row.get("state", ""),
-        "poison_attempts": int(row.get("attempts", 0)),
+        # The attempts it ran: dead-lettering raises the row's count by one more to fence out a
+        # late holder (protocol.md, section 6), which `fenced` records.
+        "poison_attempts": attempts_run(row.get("attempts"), row.get("fenced")),
         "poison_last_error": row.get("last_error", ""),
         "good_dead": len(verdict.unexpected),
         "poison_starts": starts,
