@@ -142,7 +142,7 @@ class Story:
                 f"(current {f['current']}); its job is cancelled"
             )
         if e.name == "lease_self_fenced":
-            return f"{w} gives its lease up itself: unconfirmed for a whole lease"
+            return f"{w} gives its lease up itself: unconfirmed for the lease less its margin"
         if e.name == "job_abandoned":
             return f"{w} abandons attempt {f['attempts']}: its result is not written"
         if e.name == "settle_refused":
