@@ -31,6 +31,7 @@ from pathlib import Path
 import redis
 
 from tests.chaos.ledger import LEDGER_ENV
+from tests.support.lifecycle import Started, stop_process
 from tests.support.processes import EMQ_WORKER, REPO_ROOT, WorkerProcess, WorkerProcesses
 from tests.support.server import REDIS_SERVER, pid_alive
 
@@ -139,7 +140,7 @@ def _link_pair(made: Partition) -> list[str]:
     ]
 
 
-class NamespacedServer:
+class NamespacedServer(Started):
     """The chosen server binary (EMQ_TEST_SERVER) inside the server's namespace, listening on
     the veth address (for the worker to cut off) and on a unix socket (for everyone else)."""
 
@@ -198,25 +199,9 @@ class NamespacedServer:
 
     def stop(self) -> None:
         if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+            stop_process(self.process, 10)
             self.process = None
         shutil.rmtree(self.socket_dir, ignore_errors=True)
-
-    def __enter__(self) -> NamespacedServer:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def spawn_inside(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import redis
 
+from tests.support.lifecycle import Started
 from tests.support.server import REDIS_SERVER, RedisServer, free_port
 
 NODE_TIMEOUT_MS = 1000
@@ -24,7 +25,7 @@ NODE_TIMEOUT_MS = 1000
 READY_DEADLINE_S = 60.0
 
 
-class ClusterOfServers:
+class ClusterOfServers(Started):
     def __init__(
         self,
         directory: Path,
@@ -220,17 +221,6 @@ class ClusterOfServers:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
-
-    def __enter__(self) -> ClusterOfServers:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class SlotMove:

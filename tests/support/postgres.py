@@ -13,12 +13,15 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import psycopg
+
+from tests.support.lifecycle import Started, stop_process
 
 START_DEADLINE_S = 20.0
 STOP_DEADLINE_S = 10.0
@@ -47,7 +50,7 @@ def _run_as() -> str | None:
     return "postgres" if os.geteuid() == 0 else None
 
 
-class PostgresServer:
+class PostgresServer(Started):
     """One cluster: `start` runs initdb and the server, `conninfo` reaches it, `stop` ends it."""
 
     def __init__(self, binaries: Path) -> None:
@@ -140,22 +143,6 @@ class PostgresServer:
     def stop(self) -> None:
         """A fast shutdown (SIGINT) of our own server, then SIGKILL if it lingers; the directory
         goes with it."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(2)
-            try:
-                self.process.wait(timeout=STOP_DEADLINE_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=STOP_DEADLINE_S)
+        if self.process is not None:
+            stop_process(self.process, STOP_DEADLINE_S, signal.SIGINT)
         shutil.rmtree(self.directory, ignore_errors=True)
-
-    def __enter__(self) -> PostgresServer:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

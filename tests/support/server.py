@@ -20,6 +20,7 @@ from pathlib import Path
 import redis
 
 from emq_worker.valkey.binary import find_server, label
+from tests.support.lifecycle import Started
 
 SERVER_VARIABLE = "EMQ_TEST_SERVER"
 START_DEADLINE_S = 10.0
@@ -52,7 +53,7 @@ def free_port() -> int:
         return port
 
 
-class RedisServer:
+class RedisServer(Started):
     """`appendfsync` ("always", "everysec", "no") applies when `appendonly`; `extra` arguments go
     last on the command line (e.g. `("--maxmemory", "10mb")`). `restart` keeps port and dir.
     `binary` runs another compatible server; it defaults to the one the session chose
@@ -153,13 +154,6 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port)
-
-    def __enter__(self) -> RedisServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _incr_aof(directory: Path) -> Path:
