@@ -85,18 +85,19 @@ def headline(published: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def rewritten(text: str, block: str) -> str:
-    """`text` with what stands between the markers replaced by `block`."""
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
+def rewritten(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
+    """`text` with what stands between the markers replaced by `block` (README's by default;
+    the guarantees page's table uses its own, tests/chaos/publish.py)."""
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
     if not pattern.search(text):
-        raise ValueError(f"README has no {BEGIN} ... {END} block")
-    return pattern.sub(lambda _: f"{BEGIN}\n{block}\n{END}", text, count=1)
+        raise ValueError(f"no {begin} ... {end} block to rewrite")
+    return pattern.sub(lambda _: f"{begin}\n{block}\n{end}", text, count=1)
 
 
-def block_of(text: str) -> str:
+def block_of(text: str, begin: str = BEGIN, end: str = END) -> str:
     """What stands between the markers."""
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[start:end].strip("\n")
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    return text[start:stop].strip("\n")
 
 
 def compose(raw: dict[str, Any], idle_commands_s: float) -> dict[str, Any]:

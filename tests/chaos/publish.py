@@ -18,6 +18,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from bench import publish as markers
+
 REPO = Path(__file__).resolve().parent.parent.parent
 PUBLISHED = REPO / "docs" / "benchmarks"
 PAGE = REPO / "docs" / "explanation" / "guarantees.md"
@@ -65,15 +67,11 @@ def block(published: dict[str, Any]) -> str:
 
 
 def rewritten(text: str, new_block: str) -> str:
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
-    if not pattern.search(text):
-        raise ValueError(f"{PAGE.name} has no {BEGIN} ... {END} block")
-    return pattern.sub(lambda _: f"{BEGIN}\n{new_block}\n{END}", text, count=1)
+    return markers.rewritten(text, new_block, BEGIN, END)
 
 
 def block_of(text: str) -> str:
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[start:end].strip("\n")
+    return markers.block_of(text, BEGIN, END)
 
 
 def server_named(binary: str) -> str:
