@@ -105,14 +105,19 @@ async def cut_until_all_stopped(
     )
 
 
+async def enqueue_jobs(client: Redis, queue_name: str, tasks: list[str]) -> None:
+    """One job per task name, in order."""
+    producer = Producer(client)
+    for task in tasks:
+        await producer.enqueue(queue_name, task)
+
+
 async def test_a_cut_off_handler_is_cancelled_a_margin_before_the_server_deadline(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
     started: list[tuple[str, int]] = []
     stopped: dict[str, float] = {}
-    producer = Producer(client)
-    for _ in range(JOBS):
-        await producer.enqueue(queue_name, "held")
+    await enqueue_jobs(client, queue_name, ["held"] * JOBS)
     async with relayed(redis_url) as relay:
         options = cut_settings(queue_name, relay.url, renew_every_ms=ODD_RENEW_MS)
         async with running_worker(options, held_app(started, stopped)) as worker:
@@ -131,10 +136,7 @@ async def test_a_handler_blocking_the_loop_does_not_push_the_stop_past_the_serve
 ) -> None:
     started: list[tuple[str, int]] = []
     stopped: dict[str, float] = {}
-    producer = Producer(client)
-    await producer.enqueue(queue_name, "busy")
-    for _ in range(JOBS - 1):
-        await producer.enqueue(queue_name, "held")
+    await enqueue_jobs(client, queue_name, ["busy"] + ["held"] * (JOBS - 1))
     async with relayed(redis_url) as relay:
         options = cut_settings(queue_name, relay.url, renew_every_ms=ODD_RENEW_MS)
         async with running_worker(options, held_app(started, stopped)) as worker:
@@ -153,9 +155,7 @@ async def test_a_silent_cut_under_half_a_lease_just_before_a_tick_loses_no_lease
 ) -> None:
     started: list[tuple[str, int]] = []
     stopped: dict[str, float] = {}
-    producer = Producer(client)
-    for _ in range(JOBS):
-        await producer.enqueue(queue_name, "held")
+    await enqueue_jobs(client, queue_name, ["held"] * JOBS)
     async with relayed(redis_url) as relay:
         relay.watch = Scripts().by_name["renew"].sha.encode()
         options = cut_settings(queue_name, relay.url)
