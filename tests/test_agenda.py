@@ -17,12 +17,18 @@ def agenda(*names: str, window_s: float = 1.0, beat_s: float = 1.0) -> Agenda:
 
 @pytest.mark.parametrize(
     ("queues", "beat_s", "lease_s", "window_s"),
-    [(1, 1.0, 30.0, 1.0), (10, 1.0, 30.0, 1.0), (11, 1.0, 30.0, 2.0), (100, 1.0, 30.0, 10.0)],
+    [
+        (1, 1.0, 30.0, 10.0),
+        (100, 1.0, 30.0, 10.0),
+        (150, 0.5, 60.0, 7.5),
+        (1, 0.1, 0.6, 0.2),
+        (1_000, 1.0, 30.0, 10.0),
+    ],
 )
-def test_the_check_window_grows_with_the_queues_served(
+def test_the_check_window_is_ten_beats_longer_with_many_queues_and_under_a_third_of_the_lease(
     queues: int, beat_s: float, lease_s: float, window_s: float
 ) -> None:
-    assert check_window_s(queues, beat_s, lease_s) == window_s
+    assert check_window_s(queues, beat_s, lease_s) == pytest.approx(window_s)
 
 
 def test_the_check_window_stays_under_a_third_of_the_lease() -> None:
@@ -44,10 +50,12 @@ def test_a_quiet_check_is_made_again_one_window_later() -> None:
     assert (plan["q"].promote_at, plan["q"].repeat_at) == (None, None)
 
 
-def test_a_check_held_by_another_worker_is_made_a_window_after_that_one_lapses() -> None:
-    plan = agenda()
+def test_a_check_held_by_another_worker_is_made_a_beat_after_that_one_lapses() -> None:
+    """Its maker checks first (when it lapses); if the maker is gone, a beat later: a note made
+    over a dead holder's lease lapses at its deadline, so the lease is reaped within a beat."""
+    plan = agenda(window_s=10.0, beat_s=1.0)
     plan["q"].promote_at = 12.0  # known from this worker's own wake: kept
-    plan.checked("q", UpkeepDue(held_ms=400), now=10.0, window_s=1.0)
+    plan.checked("q", UpkeepDue(held_ms=400), now=10.0, window_s=10.0)
     assert plan["q"].check_at == pytest.approx(11.4)
     assert plan["q"].promote_at == 12.0
 
@@ -69,12 +77,30 @@ def test_what_a_check_finds_due_is_scheduled_and_pending_jobs_are_claimed() -> N
     assert plan.wants_claim("q", 10.0)
 
 
-def test_a_dry_claim_ends_the_want_until_its_offer_is_due_for_renewal() -> None:
+def test_a_dry_claim_ends_the_want_and_its_offer_is_kept_when_due_without_a_claim() -> None:
     plan = agenda()
     plan.claimed("q", leased=3, dry=True, renew_at=19.5)
-    assert not plan.wants_claim("q", 19.4)
+    assert not plan.offer_due("q", 19.4)
+    assert plan.offer_due("q", 19.5)
+    assert not plan.wants_claim("q", 19.5)
+    assert plan.next_time(10.0) == 19.5
+    plan.offer_kept("q", renew_at=29.0)
+    assert (plan["q"].offer_at, plan.wants_claim("q", 29.0)) == (29.0, False)
+
+
+def test_an_offer_gone_when_kept_has_its_queue_claimed() -> None:
+    plan = agenda()
+    plan.claimed("q", leased=0, dry=True, renew_at=19.5)
+    plan.offer_kept("q", renew_at=None)
     assert plan.wants_claim("q", 19.5)
-    assert plan["q"].claim_at is None
+    assert plan["q"].offer_at is None
+
+
+def test_an_offer_is_not_kept_apart_while_a_claim_is_due_anyway() -> None:
+    plan = agenda()
+    plan.claimed("q", leased=0, dry=True, renew_at=19.5)
+    plan.woken("q")
+    assert not plan.offer_due("q", 20.0)
 
 
 def test_a_full_claim_keeps_the_queue_wanted() -> None:

@@ -1,7 +1,7 @@
 """What the server is asked, counted, not timed: each figure in docs/benchmarks/counts.json is
-asserted within 10 %, so a change that makes an idle queue, a presence refresh, a claim, a settle
-or a retry dearer (or cheaper: then publish the new figure) fails here, at once and on any
-machine, rather than in a benchmark someone reruns later.
+asserted within 10 %, so a change that makes an idle queue, a presence refresh, an offer kept
+standing, a claim, a settle or a retry dearer (or cheaper: then publish the new figure) fails
+here, at once and on any machine, rather than in a benchmark someone reruns later.
 
 Counted by INFO commandstats (commands run inside scripts included) on a server of its own, one
 operation at a time; the client's connection (HELLO, the version fence) and the scripts' loading
@@ -23,8 +23,9 @@ from bench.server import BenchRedis, server_binary
 from emq_worker import JobSpec, Producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.upkeep_check import check_upkeep
-from emq_worker.protocol.values import Failure, HeldLease
+from emq_worker.protocol.values import Failure, HeldLease, OfferTerms
 from emq_worker.runtime.agenda import check_window_s
+from emq_worker.runtime.offers import MAX_OFFERED_QUEUES, OFFER_LEASE_SHARE, OFFER_SLACK_MS
 from emq_worker.runtime.presence import (
     BEATS_TO_LIVE,
     MIN_TTL_MS,
@@ -45,6 +46,7 @@ LEASE_MS, RECEIPT_MS = 600_000, 60_000
 QUEUES = 100
 BEAT_S, LEASE_S = 1.0, 30.0
 """The defaults (WorkerSettings): the schedule the per-minute figure is counted by."""
+OFFER_MS = int(LEASE_S * 1000) // OFFER_LEASE_SHARE
 
 
 @pytest.fixture(scope="module")
@@ -115,24 +117,55 @@ async def test_a_presence_refresh_costs_the_same_for_100_queues_as_for_one(
     assert within(refresh, published["presence_refresh_commands"]), refresh
 
 
-def test_an_idle_queue_costs_one_worker_what_is_published_per_minute(
-    published: dict[str, Any],
+async def test_keeping_an_offer_standing_costs_what_is_published(
+    counted: Redis, published: dict[str, Any]
 ) -> None:
-    """By the beat's schedule at the defaults, for one worker on 100 queues: each queue's check
-    once per check window, and the worker's presence refreshed every third of its TTL (its
-    index pruned every PRUNE_EVERY refreshes), shared by the queues. The parks' BLPOPs and a
-    standing offer's renewal are per worker, not per queue, and left out."""
-    window_s = check_window_s(QUEUES, BEAT_S, LEASE_S)
-    checks = 60 / window_s * published["idle_check_commands"]
+    harness = Harness.of(counted, "offered")
+    terms = OfferTerms("n0", OFFER_MS, standing=False)
+    assert (await harness.queue.claim(10, LEASE_MS, "c0", terms)).offered
+    assert await harness.queue.keep_offer("n0", LEASE_MS, OFFER_MS)  # loads the script
+    kept = await commands_of(counted, harness.queue.keep_offer("n0", LEASE_MS, OFFER_MS))
+    assert within(kept, published["offer_keep_commands"]), kept
+
+
+def idle_per_minute(queues: int, published: dict[str, Any]) -> float:
+    """By the beat's schedule at the defaults, what one idle worker on `queues` queues asks per
+    minute: each queue's check once per check window; a standing offer on each of its first
+    MAX_OFFERED_QUEUES kept a little before it lapses; its presence refreshed every third of its
+    TTL (its index written every PRUNE_EVERY refreshes). The parks' BLPOPs (one per wake-up for
+    any of these, at most `idle_park_ms` apart) depend on how they fall together: left out."""
+    checks = 60 / check_window_s(queues, BEAT_S, LEASE_S) * published["idle_check_commands"]
+    offer_s = (OFFER_MS - min(OFFER_SLACK_MS, OFFER_MS // 2)) / 1000
+    offers = min(queues, MAX_OFFERED_QUEUES) * 60 / offer_s * published["offer_keep_commands"]
     ttl_s = max(BEATS_TO_LIVE * BEAT_S, MIN_TTL_MS / 1000)
     refreshes = 60 / (ttl_s / PRESENCE_SHARE)
     per_refresh = (
         published["presence_prune_commands"]
         + (PRUNE_EVERY - 1) * published["presence_refresh_commands"]
     ) / PRUNE_EVERY
-    per_queue = checks + refreshes * per_refresh / QUEUES
-    assert within(per_queue, published["idle_commands_per_queue_per_minute_100_queues"]), per_queue
-    assert per_queue <= 60, "an idle queue must cost at most one command a second"
+    return float(queues * checks + offers + refreshes * per_refresh)
+
+
+@pytest.mark.parametrize("queues", [1, 10, 100])
+def test_an_idle_worker_costs_what_is_published_per_minute(
+    published: dict[str, Any], queues: int
+) -> None:
+    per_minute = idle_per_minute(queues, published)
+    figure = published["idle_commands_per_minute"][str(queues)]
+    assert within(per_minute, figure), per_minute
+    if queues >= 10:
+        assert per_minute / queues <= 60, "an idle queue must cost at most one command a second"
+
+
+def test_each_other_idle_worker_on_a_queue_costs_a_held_check_per_window(
+    published: dict[str, Any],
+) -> None:
+    """A check another worker made vouches for the queue (`held`): the other workers of a fleet
+    pay two commands per window each, not a full check (the parks and presence left out, as
+    above)."""
+    window_s = check_window_s(1, BEAT_S, LEASE_S)
+    held = 60 / window_s * published["held_check_commands"]
+    assert within(held, published["held_commands_per_minute_1_queue"]), held
 
 
 JOBS_B100, JOBS_B1 = 1_000, 100

@@ -5,13 +5,14 @@ workers end to end."""
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import pytest
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, JobSpec, Producer, Worker
+from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimResult, SettleStatus, handed_off_job
 from emq_worker.protocol.values import OfferTerms, new_nonce
 from emq_worker.runtime.offers import Offers
@@ -48,6 +49,11 @@ async def lapse_and_reap(conf: Harness, job_id: str) -> None:
     list, PX lease_ms, is still there) and the reaper returns the job."""
     await conf.client.zadd(conf.keys.active, {job_id: 0}, xx=True)
     assert (await conf.queue.reap(10, 5)).returned == 1
+
+
+async def server_ms(client: Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 async def wake_tokens(conf: Harness) -> int:
@@ -156,6 +162,35 @@ async def test_a_lapsed_offer_takes_nothing(conf: Harness) -> None:
     assert await conf.members(conf.keys.pending) == [job_id]
     assert await handoff_items(conf, nonce) == []
     assert await offers(conf) == []  # swept
+
+
+async def test_a_standing_offer_is_kept_standing_without_a_claim(conf: Harness) -> None:
+    nonce = new_nonce()
+    assert (await offer(conf, nonce)).offered
+    member = f"{nonce}:{LEASE_MS}"
+    await conf.client.zadd(conf.keys.offers, {member: 1}, xx=True)  # about to lapse
+    await conf.client.pexpire(conf.keys.offers, 50)
+    assert await conf.queue.keep_offer(nonce, LEASE_MS, OFFER_MS)
+    score = await conf.score(conf.keys.offers, member)
+    assert score is not None
+    lapses_in = score - await server_ms(conf.client)
+    assert OFFER_MS - 1_000 < lapses_in <= OFFER_MS
+    assert await conf.client.pttl(conf.keys.offers) > OFFER_MS - 1_000  # the set outlives it
+    handed = await conf.enqueue(b"h")  # it still takes the next job
+    assert [item.split(b":")[1].decode() for item in await handoff_items(conf, nonce)] == [handed]
+
+
+async def test_an_offer_used_or_gone_is_not_made_again_by_keeping_it(conf: Harness) -> None:
+    """Used: its job waits on the hand-off list for the worker's next claim, which takes it over
+    (an offer kept after the hand-off would take a second job the worker counts as leased from
+    the keeping, later than its lease began)."""
+    nonce = new_nonce()
+    assert (await offer(conf, nonce)).offered
+    await conf.enqueue(b"h")
+    assert not await conf.queue.keep_offer(nonce, LEASE_MS, OFFER_MS)
+    assert await offers(conf) == []
+    assert not await conf.queue.keep_offer(new_nonce(), LEASE_MS, OFFER_MS)
+    assert not await conf.exists(conf.keys.offers)
 
 
 async def test_the_next_claim_withdraws_the_offer_and_takes_over_its_job(conf: Harness) -> None:
@@ -332,6 +367,41 @@ async def test_a_long_job_handed_off_is_renewed_like_a_claimed_one(
     assert worker.counters.handed_off == 1
     assert attempts == [1]
     assert (worker.counters.leases_lost, worker.counters.self_fenced) == (0, 0)
+
+
+async def test_an_idle_worker_keeps_its_offer_standing_without_claiming(
+    client: Redis, redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An offer lives a third of the lease (200 ms here); a worker parked through several of
+    them renews it with lua/offer.lua (five commands), not a claim (fourteen) each time, and it
+    still takes a job."""
+    conf = Harness.of(client, queue_name)
+    claims: list[str] = []
+    claim = Queue.claim
+
+    async def counted(queue: Queue, *args: Any, **kwargs: Any) -> ClaimResult:
+        claims.append(queue.name)
+        return await claim(queue, *args, **kwargs)
+
+    monkeypatch.setattr(Queue, "claim", counted)
+    settings = worker_settings(queue_name, redis_url, lease_ms=600, beat_ms=100)
+    async with running_worker(settings, gated_app(anyio.Event(), [], [0])) as worker:
+        await offer_stands(client, conf.keys.offers)
+        (member,) = await offers(conf)
+        first = await conf.score(conf.keys.offers, member)
+        assert first is not None
+        claims.clear()
+
+        async def renewed_twice() -> bool:
+            score = await conf.score(conf.keys.offers, member)
+            return score is not None and score >= first + 2 * 200
+
+        await eventually(renewed_twice, timeout=10, what="the same offer renewed twice")
+        assert claims == []
+        enqueued = await Producer(client).enqueue(queue_name, "noop")
+        await until(lambda: worker.counters.completed == 1, what="the job completed")
+        assert worker.counters.handed_off == 1
+        assert await conf.row(enqueued.job_id) == {}
 
 
 async def test_hand_offs_never_take_a_worker_past_its_concurrency(

@@ -83,6 +83,13 @@ class Notifier:
     def enabled(self) -> bool:
         return self.address is not None
 
+    @property
+    def ping_every_s(self) -> float | None:
+        """How often the watchdog wants a ping from the beat; None: it does not."""
+        if self.watchdog_s is None or not self.enabled:
+            return None
+        return self.watchdog_s / WATCHDOG_PINGS_PER_INTERVAL
+
     def ready(self, status: str | None = None) -> None:
         self._send("READY=1", status)
 
@@ -91,10 +98,10 @@ class Notifier:
 
     def watchdog(self) -> None:
         """Ping the watchdog; cheap to call on every beat pass (rate-limited here)."""
-        if self.watchdog_s is None or not self.enabled:
+        every = self.ping_every_s
+        if every is None:
             return
         now = self._clock.monotonic()
-        every = self.watchdog_s / WATCHDOG_PINGS_PER_INTERVAL
         if self._last_ping is not None and now - self._last_ping < every:
             return
         self._last_ping = now

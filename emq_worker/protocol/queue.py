@@ -142,6 +142,12 @@ class Queue:
         )
         return int(reply)
 
+    async def keep_offer(self, offer_nonce: str, lease_ms: int, offer_ms: int) -> bool:
+        """Keep the worker's standing offer standing `offer_ms` more; False when it no longer
+        stood (handed a job, withdrawn, expired): claim the queue instead."""
+        reply = await self.run("offer", [f"{offer_nonce}:{lease_ms}", offer_ms])
+        return int(reply) == 1
+
     async def renew(self, leases: Sequence[HeldLease], lease_ms: int) -> list[LostLease]:
         """Renew every lease in one round trip: one script call per RENEW_CHUNK leases, all in
         one pipeline, so no single call holds the server for long whatever K is."""

@@ -49,6 +49,7 @@ VERBS: Final = (
     "settle",
     "release",
     "withdraw",
+    "offer",
     "reap",
     "promote",
     "remove",
@@ -80,6 +81,7 @@ RESENDABLE: Final = frozenset(
         "reap",
         "promote",
         "upkeep",
+        "offer",
         "flow",
         "flow_deliver",
         "flow_ack",
@@ -92,7 +94,8 @@ nonce's memo lists; settle finds its receipt and replies 'settled'; enqueue find
 already wrote (a duplicate, never a second row); reap and promote move only what is due by the
 server clock, as the next beat would; flow finds its memo as enqueue does; flow_deliver counts a
 child once (its id guards each count) and flow_ack removes an entry by its value; upkeep only
-reads, and notes a check that found nothing due. The others (release, withdraw, remove,
+reads, and notes a check that found nothing due; offer only moves a standing offer's lapse to
+its own now + offer_ms. The others (release, withdraw, remove,
 reprocess, progress, joblog, repeat, repeat_due) are sent once: see docs/protocol.md, section 6."""
 
 ArgValue = str | bytes | int

@@ -5,18 +5,21 @@ our scripts make ready pushes a token), and keeps, per queue, what it learned:
 - `check_at`: its next upkeep check (lua/upkeep.lua: what is due, and is anything pending), at
   most one check window after the last, or when the earliest lease it saw lapses;
 - `promote_at`, `repeat_at`: when the next scheduled job and the next repeat fall due;
-- `claim_at`: when to claim again without being asked: a limit's window reopens, or a standing
-  hand-off offer is renewed before it lapses;
+- `claim_at`: when to claim again without being asked: a limit's window reopens;
+- `offer_at`: when a standing hand-off offer is renewed before it lapses (lua/offer.lua; a claim
+  when it no longer stands);
 - `wanted`: the next drain claims it. At start; after a wake token or a hand-off on it; while its
   last claim was full; when a check finds jobs pending or a reap or promote made some ready. A
   claim that comes back short (the queue ran dry) ends it.
 A wake token may announce a due time rather than a job (a job scheduled for later, a repeat
 registered): a woken queue whose claim takes nothing is promoted and scanned for repeats at once.
 
-The check window grows with the number of queues, so that one worker checks about
-CHECKS_PER_BEAT queues per beat however many it serves, and stays under a third of the lease, so
-that a lease taken since the last check is seen before it can lapse. Burst mode checks and claims
-every queue on every pass.
+The check window is QUIET_BEATS beats, longer when a worker serves more queues than it can check at
+CHECKS_PER_BEAT a beat, and at most a third of the lease, so that a lease taken since the last check
+is seen before it can lapse (within two windows when the check was another worker's). A queue with
+leases is checked every beat, and a lease seen is reaped at its deadline: the window bounds only how
+long a quiet queue goes unlooked-at (an EchoMQ producer's job, which pushes no wake token). Burst
+mode checks and claims every queue on every pass.
 
 Pure bookkeeping (times are passed in), tested alone.
 """
@@ -31,7 +34,10 @@ from dataclasses import dataclass
 from emq_worker.protocol.upkeep_check import UpkeepDue
 
 CHECKS_PER_BEAT = 10
-"""About how many queues an idle worker checks per beat (each at least once per beat below it)."""
+"""At most about how many queues an idle worker checks per beat."""
+QUIET_BEATS = 10
+"""The shortest check window, in beats: an idle queue costs the fleet one full check per window
+(five commands), and each other worker a `held` answer (two)."""
 CHECK_JITTER = 0.1
 """A check window is cut by up to this share at random, so that the checks of many queues spread
 over the window instead of falling due together."""
@@ -39,7 +45,7 @@ over the window instead of falling due together."""
 
 def check_window_s(queues: int, beat_s: float, lease_s: float) -> float:
     """How long a check that found nothing due vouches for a queue."""
-    beats = max(1, math.ceil(queues / CHECKS_PER_BEAT))
+    beats = max(QUIET_BEATS, math.ceil(queues / CHECKS_PER_BEAT))
     return min(beats * beat_s, lease_s / 3)
 
 
@@ -50,6 +56,7 @@ class QueueTimes:
     woken: bool = False
     """A wake token of this queue was popped since its last claim."""
     claim_at: float | None = None
+    offer_at: float | None = None
     promote_at: float | None = None
     repeat_at: float | None = None
     scheduled: bool = False
@@ -80,16 +87,18 @@ class Agenda:
         self, name: str, due: UpkeepDue, now: float, window_s: float, busy: bool = False
     ) -> None:
         """Record a check made with `window_s`: when to check again, what falls due when,
-        whether to claim. A check held by another worker's is made again a window after that
-        one lapses: its maker checks again first (when it lapses), so each queue costs the fleet
-        about one full check per window, and if its maker is gone, one window later at most. A
+        whether to claim. A check held by another worker's is made again a beat after that one
+        lapses: its maker checks again first (when it lapses), so each queue costs the fleet
+        about one full check per window, and if its maker is gone, a beat later. A note made over
+        leases lapses no later than the earliest of them, so a lease whose holder died is reaped
+        within a beat of its deadline even when the holder made the note. A
         queue with leases (`busy`: this worker holds some; or the check saw some) is checked at
         least once per beat, as the reaper always ran: a stalled server's lapsed leases are then
         reaped by the check already queued when it resumes, before their holders renew them."""
         times = self._times[name]
         busy = busy or due.reap_in is not None
         if due.held_ms is not None:
-            again = due.held_ms / 1000 + window_s
+            again = due.held_ms / 1000 + min(window_s, self.beat_s)
         else:
             again = window_s if due.reap_in is None else min(window_s, due.reap_in / 1000)
             times.promote_at = _at(now, due.promote_in)
@@ -138,7 +147,20 @@ class Agenda:
         times.woken = False
         if dry:
             times.wanted = False
-        times.claim_at = renew_at
+        times.claim_at, times.offer_at = None, renew_at
+
+    def offer_due(self, name: str, now: float) -> bool:
+        """Whether the standing offer on `name` is to be renewed now (a claim due anyway renews
+        it by itself)."""
+        times = self._times[name]
+        return times.offer_at is not None and now >= times.offer_at and not times.wanted
+
+    def offer_kept(self, name: str, renew_at: float | None) -> None:
+        """An offer renewed: renew it again at `renew_at`; None (it no longer stood): claim."""
+        times = self._times[name]
+        times.offer_at = renew_at
+        if renew_at is None:
+            times.wanted = True
 
     def held_back(self, name: str, until: float) -> None:
         """A limit refused the claim: claim again no sooner than `until`."""
@@ -160,7 +182,13 @@ class Agenda:
         or waits on something else: it must not end a park at once, which would spin)."""
         soonest: float | None = None
         for times in self._times.values():
-            for at in (times.check_at, times.claim_at, times.promote_at, times.repeat_at):
+            for at in (
+                times.check_at,
+                times.claim_at,
+                times.offer_at,
+                times.promote_at,
+                times.repeat_at,
+            ):
                 if at is not None and at > now and (soonest is None or at < soonest):
                     soonest = at
         return soonest
@@ -170,7 +198,10 @@ class Agenda:
 
     def holding(self) -> bool:
         """Some queue waits for a time to claim again (a limit's window; an offer's renewal)."""
-        return any(times.claim_at is not None for times in self._times.values())
+        return any(
+            times.claim_at is not None or times.offer_at is not None
+            for times in self._times.values()
+        )
 
 
 def _at(now: float, in_ms: int | None) -> float | None:

@@ -190,8 +190,15 @@ class WorkerSettings:
 
     @property
     def socket_timeout_ms(self) -> int:
-        """The worker's socket timeout: longer than its longest park (a beat)."""
+        """The worker's socket timeout: longer than its longest park (`idle_park_ms`)."""
         return self.beat_ms + SOCKET_TIMEOUT_MARGIN_MS
+
+    @property
+    def idle_park_ms(self) -> int:
+        """The longest park of a worker that holds nothing (a busy one parks a beat at most):
+        half the socket timeout's margin past a beat, so the BLPOP's own timeout still leaves
+        that half for its reply."""
+        return self.beat_ms + SOCKET_TIMEOUT_MARGIN_MS // 2
 
     @property
     def claim_memo_ms(self) -> int:

@@ -72,7 +72,24 @@ class Drainer:
         self.suspects = HeldSuspects(state.book)
         self._memo_ms = state.settings.claim_memo_ms
 
+    async def keep_offers(self) -> None:
+        """Renew each standing offer due for it (lua/offer.lua: five commands, not a claim); an
+        offer that no longer stands has its queue claimed in this drain instead."""
+        for queue in self.isolation.ready():
+            sent_at = self.state.clock.monotonic()
+            if not self.agenda.offer_due(queue.name, sent_at):
+                continue
+            standing = False
+            with self.isolation.isolated(queue):
+                lease_ms, offer_ms = self.state.settings.lease_ms, self.offers.offer_ms
+                standing = await queue.keep_offer(self.offers.nonce(queue.name), lease_ms, offer_ms)
+            self.offers.kept(queue.name, sent_at, standing)
+            self.agenda.offer_kept(
+                queue.name, self.offers.renew_at(queue.name) if standing else None
+            )
+
     async def drain(self, jobs: JobGroup) -> DrainResult:
+        await self.keep_offers()
         drained = DrainResult()
         deadline = self.state.clock.monotonic() + self.state.settings.beat_ms / 1000
         for queue in self.isolation.ready():

@@ -3,7 +3,7 @@ of its in-process counters since the last flush) to the queue's minute and hour 
 server, and the jobs it settled lately to the settled log (`lua/history.lua`, format in
 `observe/history_format.py`). One script call per queue that did anything, per flush: never a round
 trip per job. It also says which queues it serves in `{emq}:queues`, where the dashboard finds
-them without a SCAN.
+them without a SCAN: at start, then every QUEUES_NAMED_EVERY_S.
 
 A flush that fails is not lost: the counters are cumulative, so the next flush sends the
 difference from the last one the server took (the settled jobs of a failed flush are dropped:
@@ -38,6 +38,9 @@ OUTCOMES = {"completed": "completed", "retried": "retried", "dead_lettered": "de
 EVENTS = {"claimed": "claims", "reaped": "reaped"}
 """Counters.by_queue events, and the history field each is counted in."""
 QUEUES_KEPT_MS = HOURS_KEPT_MS
+QUEUES_NAMED_EVERY_S = 3_600.0
+"""How often a worker says again that it serves its queues: readers list a queue named within a
+day (dashboard/queues.py), so once an hour is plenty, not on every flush."""
 ERROR_KEPT = 300
 """Characters of a failure's error the settled log keeps."""
 """A queue no worker has named for this long leaves `{emq}:queues`."""
@@ -103,9 +106,22 @@ class HistoryRecorder:
         self.every_s = every_ms / 1000
         self._sent: dict[str, _Sent] = {}
         self._next = 0.0
+        self._next_naming = 0.0
 
     def due(self, now: float) -> bool:
         return self.every_s > 0 and now >= self._next
+
+    def next_at(self) -> float | None:
+        """When the next flush is due (monotonic); None: never."""
+        return self._next if self.every_s > 0 else None
+
+    def naming_due(self, now: float) -> bool:
+        """Whether to name the queues in `{emq}:queues` again: at start, then once named, every
+        QUEUES_NAMED_EVERY_S (`named`)."""
+        return now >= self._next_naming
+
+    def named(self, now: float) -> None:
+        self._next_naming = now + QUEUES_NAMED_EVERY_S
 
     async def flush(self, queues: Iterable[Queue], now: float) -> None:
         """Send each queue's news (a RedisError propagates: the next flush sends it again)."""

@@ -28,9 +28,10 @@ OFFER_LEASE_SHARE = 3
 moment the offer's claim was sent, so the job arrives with two thirds of its lease left as far as
 the worker knows, and the next renewal tick confirms it before its self-fence would."""
 OFFER_SLACK_MS = 500
-"""A standing offer is renewed (a claim withdraws it and leaves a new one) this long before it
-lapses, or half its life before when that is shorter: it never lapses while the worker is parked,
-and an idle queue costs one claim per offer's life, not one per beat."""
+"""A standing offer is renewed (lua/offer.lua moves its lapse; when it no longer stands, a claim
+takes over what was handed to it and leaves a new one) this long before it lapses, or half its
+life before when that is shorter: it never lapses while the worker is parked, and an idle queue
+costs one renewal per offer's life, not one claim per beat."""
 MAX_OFFERED_QUEUES = 8
 """Only a worker's first queues (in the order given) get offers: each offer holds a slot and
 costs a claim per renewal, and the other queues are woken by their tokens just the same."""
@@ -98,6 +99,17 @@ class Offers:
         offer.standing = result.offered
         if result.offered:
             offer.made_at = sent_at
+
+    def nonce(self, queue: str) -> str:
+        return self._by_queue[queue].nonce
+
+    def kept(self, queue: str, sent_at: float, standing: bool) -> None:
+        """Record a renewal (lua/offer.lua) sent at `sent_at`: the offer stands from then, as if
+        a claim sent then had left it (a job handed to it after the renewal is leased from a
+        later time still; one handed before makes the renewal find nothing, and keeps the time
+        the offer was made). `standing` False: the next claim takes over what was handed."""
+        if standing:
+            self._by_queue[queue].made_at = sent_at
 
     def renew_at(self, queue: str) -> float | None:
         """When the standing offer on `queue` is to be renewed (monotonic); None: none stands."""

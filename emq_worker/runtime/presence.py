@@ -4,8 +4,10 @@
 concurrency, busy slots, how many it completed, when it last beat, and per queue where it holds
 any the jobs it holds and for how long), with a TTL of a few beats: a worker that stops beating
 disappears by itself, and one that stops gracefully deletes its entry. `{emq}:workers` indexes
-them (a ZSET scored by the last beat), so readers never SCAN the keyspace. Four commands per
-refresh whatever the number of queues: an idle worker's presence used to cost four per queue.
+them (a ZSET scored by the worker's last index refresh), so readers never SCAN the keyspace. One
+command per refresh whatever the number of queues (a SET: the entry's own PTTL says how fresh it
+is), four every PRUNE_EVERY refreshes (the index too): an idle worker's presence used to cost four
+per queue.
 
 A user whose ACL does not grant the `{emq}:` keys gets NOPERM: the registry then falls back to
 one entry per queue (`emq:{q}:worker:<id>`, indexed by `emq:{q}:workers`), which readers still
@@ -45,8 +47,9 @@ INDEX_PRUNE_TTLS = 10
 """An index member whose worker has not beaten for this many entry TTLs is dropped (by any
 worker's beat: generous, as the score is the member's own clock)."""
 PRUNE_EVERY = 10
-"""Refreshes between two prunes of the index (and renewals of its TTL, INDEX_PRUNE_TTLS entry
-TTLs long): the others cost a SET and a ZADD."""
+"""Refreshes between two writes of the index: this worker's score, a prune of the long gone, and
+its TTL (INDEX_PRUNE_TTLS entry TTLs long). The others cost a SET alone: a member is at most
+PRUNE_EVERY / 3 of its TTL old, well inside the prune's INDEX_PRUNE_TTLS."""
 
 
 def worker_key(keys: QueueKeys, worker_id: str) -> str:
@@ -151,11 +154,11 @@ class WorkerRegistry:
             await pipe.execute()
 
     def _index(self, pipe: Pipeline, index: str, beat_ms: int) -> None:
-        """Score this worker's last beat in `index`; now and then, drop the long gone and keep
-        the index alive."""
-        pipe.zadd(index, {self.id: beat_ms})
+        """Now and then: score this worker's beat in `index`, drop the long gone and keep the
+        index alive."""
         if self._refreshes % PRUNE_EVERY != 1:
             return
+        pipe.zadd(index, {self.id: beat_ms})
         pipe.zremrangebyscore(index, "-inf", beat_ms - INDEX_PRUNE_TTLS * self.ttl_ms)
         pipe.pexpire(index, INDEX_PRUNE_TTLS * self.ttl_ms)
 

@@ -207,7 +207,7 @@ class Supervisor:
         except RedisError as exc:
             self.log.warning("history_failed", error=describe(exc))
             return
-        if not self._name_queues:
+        if not self._name_queues or not self.history.naming_due(now):
             return
         try:
             await self.history.name_queues(ready)
@@ -215,17 +215,18 @@ class Supervisor:
             if fatal(exc):  # an ACL without {emq}:queues: the dashboard SCANs for this queue
                 self._name_queues = False
             self.log.warning("queues_not_named", error=describe(exc), retry=self._name_queues)
+            return
+        self.history.named(now)
 
     async def park(self, jobs: JobGroup) -> None:
-        """Sleep for a beat, or until the agenda's next time or the end of a resting queue's
-        pause; a wake token, a job handed to this worker, or a freed slot ends it early."""
+        """Sleep for a beat (longer while holding nothing: `longest_park_s`), or until the
+        agenda's next time or the end of a resting queue's pause; a wake token, a job handed to
+        this worker, or a freed slot ends it early."""
         now = self.state.clock.monotonic()
         times = (self.agenda.next_time(now), self.isolation.next_retry())
-        # At most a beat from now (not from the beat's start): a park that ends for the agenda
-        # starts a fresh beat-long one, so an idle worker sends about one BLPOP per beat.
-        until = min(
-            [now + self.state.settings.beat_ms / 1000, *(t for t in times if t is not None)]
-        )
+        # From now (not from the beat's start): a park that ends for the agenda starts a fresh
+        # one, so an idle worker sends one BLPOP per thing it has to do, not one per beat.
+        until = min([now + self.longest_park_s(now), *(t for t in times if t is not None)])
         timeout = until - now
         if timeout <= 0 or self.state.stop.requested:
             return
@@ -240,6 +241,24 @@ class Supervisor:
                     self.heard(jobs, popped)
             finally:
                 self._park_scope = None
+
+    def longest_park_s(self, now: float) -> float:
+        """A beat; for a worker that holds nothing, until its next chore (its presence, its
+        history flush, a watchdog ping), at most `idle_park_ms`: a wake token or a hand-off ends
+        a park at once, so a longer one delays no job, and an idle worker sends a BLPOP every
+        few seconds instead of every beat. (Not on a cluster: a park spanning more slots than it
+        watches at once claims the others after each park.)"""
+        settings = self.state.settings
+        beat_s = settings.beat_ms / 1000
+        if len(self.state.book) or self._wakes.clustered:
+            return beat_s
+        chores = [now + settings.idle_park_ms / 1000, self.history.next_at()]
+        if self.registry is not None:
+            chores.append(self._next_presence)
+        ping_every = self.notifier.ping_every_s
+        if ping_every is not None:
+            chores.append(now + ping_every)
+        return max(beat_s, min(at for at in chores if at is not None) - now)
 
     def heard(self, jobs: JobGroup, popped: Popped | None) -> None:
         """What a park brought: a job handed to this worker starts now (and its queue is claimed
