@@ -31,6 +31,8 @@ pytestmark = pytest.mark.fault
 BEAT_MS = 100
 SLACK_S = 1.5
 EXIT_SOON_S = 2.0
+LATE_SLACK_MS = 1_000
+"""Scheduling slack on a loaded machine, past the beat a reap may wait for its check."""
 HOLD_MS = 600_000
 """A first attempt held longer than any test waits: only its worker's death ends it."""
 
@@ -99,6 +101,43 @@ async def test_a_sigkilled_holder_s_job_is_rerun_by_another_worker_within_a_leas
     counts = await wait_completed(queue, job)
     assert where_jobs_are(counts) == (0, 0, 0, 0, 1)
     assert workers.ledger.find("done", job, pid=a.pid) == [], "A finished before the kill"
+
+
+async def test_a_dead_holder_s_lease_is_reaped_within_a_beat_of_its_deadline_by_a_held_worker(
+    client: Redis, redis_url: str, queue_name: str, workers: WorkerProcesses
+) -> None:
+    """The holder checks its queue every beat and leaves the fleet's note; the other worker's
+    checks are answered `held`. A note made over a lease lapses at its deadline at the latest, and
+    a held check is made again a beat after the note lapses, not a check window (ten beats here)
+    after: the lease of a holder killed is reaped within a beat of its deadline."""
+    lease_ms, beat_ms = 15_000, 250  # a check window of 2.5 s, a third of the lease at most
+    producer = Producer(client)
+    queue = producer.queue(queue_name)
+    a = workers.start(
+        "a", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=beat_ms
+    )
+    await a.wait_event("worker_started")
+    job = (await producer.enqueue(queue_name, "sleep", {"ms": 10, "first_ms": HOLD_MS})).job_id
+    await workers.ledger.wait_for("start", job, attempt=1, pid=a.pid)
+    b = workers.start(
+        "b", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=beat_ms
+    )
+    await b.wait_event("worker_started")
+    await assert_held_by_its_first_claim(queue, job, workers)
+
+    a.send(signal.SIGKILL)
+    assert await a.wait_exit(EXIT_SOON_S) == -signal.SIGKILL
+    deadline = await client.zscore(queue.keys.active, job)  # final: nobody renews it now
+    assert deadline is not None
+
+    async def rerun_at() -> int | None:
+        attempts = await client.hget(queue.keys.job(job), "attempts")
+        return await server_now_ms(client) if attempts == b"2" else None
+
+    rerun = await eventually(rerun_at, timeout=lease_ms / 1000 + 10, what=f"{job} claimed again")
+    late_ms = rerun - int(deadline)
+    assert late_ms <= beat_ms + LATE_SLACK_MS, f"claimed again {late_ms} ms after its deadline"
+    await workers.ledger.wait_for("done", job, attempt=2, pid=b.pid, within_s=5)
 
 
 async def assert_held_by_its_first_claim(
