@@ -186,7 +186,7 @@ def measure_rows(
 def line(row: Row, cost: Cost) -> str:
     return (
         f"| {row.workers} | {row.queues} | {row.pending} | {row.tokens} "
-        f"| {cost.commands_s:.0f} "
+        f"| {cost.commands_s:.1f} "
         f"| {cost.round_trips_s:.0f} | {cost.worker_cpu:.1f} | {cost.redis_cpu:.1f} "
         f"| {cost.top} |"
     )

@@ -37,7 +37,7 @@ CHECKS_PER_BEAT = 10
 """At most about how many queues an idle worker checks per beat."""
 QUIET_BEATS = 10
 """The shortest check window, in beats: an idle queue costs the fleet one full check per window
-(five commands), and each other worker a `held` answer (two)."""
+(four commands), and each other worker a `held` answer (two)."""
 CHECK_JITTER = 0.1
 """A check window is cut by up to this share at random, so that the checks of many queues spread
 over the window instead of falling due together."""

@@ -12,8 +12,9 @@
 -- KEYS[6] = emq:{q}:suspects (what reap.lua's header says of KEYS[1..6])
 -- KEYS[7] = emq:{q}:schedule
 -- KEYS[8] = emq:{q}:repeat
--- KEYS[9] = emq:{q}:upkeep (STRING: the server ms of the last check that found nothing due, with
---           PX until the first thing it saw can fall due, at most ARGV[2]; set only here)
+-- KEYS[9] = emq:{q}:upkeep (STRING: the server ms of the last check that found nothing due, or
+--           'empty' when it found the queue empty (no TIME read), with PX until the first thing it
+--           saw can fall due, at most ARGV[2]; set only here)
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = window_ms (> 0): the longest a check that found nothing due vouches for
 -- ARGV[3] = '1': check even while KEYS[9] stands (a burst worker must see for itself); else ''
@@ -45,15 +46,16 @@ if not force then
     return {'held', held}
   end
 end
-local now = now_ms()
 
 -- A queue where no lease, scheduled job, repeat, outbox entry, pending job or lane in rotation
 -- exists (Redis deletes an empty set or list) has nothing due and nothing to claim: one EXISTS
--- stands for the seven reads below, and an idle queue's check costs five commands, not ten.
+-- stands for the seven reads below and the clock, and an idle queue's check costs four commands,
+-- not eleven.
 if redis.call('EXISTS', KEYS[1], KEYS[7], KEYS[8], KEYS[2], p .. 'flow:outbox', p .. 'ring') == 0 then
-  redis.call('SET', KEYS[9], now, 'PX', window)
+  redis.call('SET', KEYS[9], 'empty', 'PX', window)
   return {'due', -1, -1, -1, 0, 0, 0, 0}
 end
+local now = now_ms()
 
 -- ms from now until the score `head` names (0 if past), -1 when there is none.
 local function due_in(head)
