@@ -135,6 +135,7 @@ async def test_a_dead_holder_s_lease_is_reaped_within_a_beat_of_its_deadline_by_
         return await server_now_ms(client) if attempts == b"2" else None
 
     rerun = await eventually(rerun_at, timeout=lease_ms / 1000 + 10, what=f"{job} claimed again")
+    assert rerun is not None
     late_ms = rerun - int(deadline)
     assert late_ms <= beat_ms + LATE_SLACK_MS, f"claimed again {late_ms} ms after its deadline"
     await workers.ledger.wait_for("done", job, attempt=2, pid=b.pid, within_s=5)

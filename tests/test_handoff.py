@@ -15,7 +15,7 @@ from emq_worker import App, JobContext, JobSpec, Producer, Worker
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import ClaimResult, SettleStatus, handed_off_job
 from emq_worker.protocol.values import OfferTerms, new_nonce
-from emq_worker.runtime.offers import Offers
+from emq_worker.runtime.offers import OFFERS_PER_QUEUE, Offers
 from tests.support.conformance import LEASE_MS, RECEIPT_MS, Harness, held
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually, until
@@ -70,6 +70,20 @@ async def test_a_claim_that_empties_pending_leaves_an_offer(conf: Harness) -> No
     assert result.offered
     assert len(result.jobs) == 1
     assert await offers(conf) == [f"{nonce}:{LEASE_MS}"]
+
+
+async def test_at_most_two_offers_stand_on_a_queue(conf: Harness) -> None:
+    """A fleet parked on one queue keeps two offers standing, not one per worker (each costs its
+    worker a renewal); the others are woken by tokens, and a worker's own renewal still offers."""
+    assert OFFERS_PER_QUEUE == 2
+    first, second, third = new_nonce(), new_nonce(), new_nonce()
+    assert (await offer(conf, first)).offered
+    assert (await offer(conf, second)).offered
+    assert not (await offer(conf, third)).offered
+    assert sorted(await offers(conf)) == sorted(f"{n}:{LEASE_MS}" for n in (first, second))
+    assert (await offer(conf, second, standing=True)).offered  # its own is withdrawn first
+    await conf.enqueue(b"h")  # used: the newest offer (second's) is gone, a place is free
+    assert (await offer(conf, third)).offered
 
 
 async def test_a_claim_that_leaves_jobs_pending_makes_no_offer(conf: Harness) -> None:

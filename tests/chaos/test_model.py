@@ -35,6 +35,7 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import SettleResult
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import Completion, Failure, HeldLease, NewJob, OfferTerms
+from emq_worker.runtime.offers import OFFERS_PER_QUEUE
 from emq_worker.valkey.connection import connect
 
 LONG_MS = 60_000
@@ -146,6 +147,7 @@ class Protocol(RuleBasedStateMachine):
         assert [job.id for job in result.jobs] == [*taken, *kept]
         assert result.suspects == {j for j in kept if self.jobs[j].suspect}
         offered = bool(terms.offer_ms) and not passed_over and len(kept) < left
+        offered = offered and len(self.standing) < OFFERS_PER_QUEUE
         assert result.offered == offered, (terms, left, pending)
         if offered:
             self.standing.add(terms.nonce)
