@@ -82,6 +82,7 @@ def test_a_dry_claim_ends_the_want_and_its_offer_is_kept_when_due_without_a_clai
     plan.claimed("q", leased=3, dry=True, renew_at=19.5)
     assert not plan.offer_due("q", 19.4)
     assert plan.offer_due("q", 19.5)
+    assert plan.offer_due("q", 18.5, early_s=1.0)  # early, when the worker is awake anyway
     assert not plan.wants_claim("q", 19.5)
     assert plan.next_time(10.0) == 19.5
     plan.offer_kept("q", renew_at=29.0)
@@ -170,3 +171,19 @@ def test_burst_mode_checks_and_claims_every_queue_each_pass() -> None:
         plan.claimed(name, leased=0, dry=True, renew_at=None)
     plan.eager(10.2)
     assert all(plan[name].check_at == 10.2 and plan.wants_claim(name, 10.2) for name in plan)
+
+
+def test_a_quiet_check_may_be_made_up_to_a_beat_early_when_the_worker_is_awake() -> None:
+    """So the checks of many queues fall due together: one park per beat, not one per check."""
+    plan = agenda(window_s=10.0, beat_s=1.0)
+    plan.checked("q", UpkeepDue(), now=10.0, window_s=10.0)
+    assert plan.next_time(10.0) == pytest.approx(20.0)  # the park still ends at the window
+    assert not plan.check_due("q", 18.9)
+    assert plan.check_due("q", 19.0)
+
+
+def test_a_check_for_a_lapsing_lease_is_never_made_early() -> None:
+    plan = agenda(window_s=10.0, beat_s=1.0)
+    plan.checked("q", UpkeepDue(reap_in=250), now=10.0, window_s=10.0)
+    assert not plan.check_due("q", 10.2)
+    assert plan.check_due("q", 10.25)

@@ -52,6 +52,10 @@ def check_window_s(queues: int, beat_s: float, lease_s: float) -> float:
 @dataclass(slots=True)
 class QueueTimes:
     check_at: float = 0.0
+    check_from: float = 0.0
+    """The check may be made from then on, when the worker is awake anyway (a quiet queue's,
+    up to a beat before `check_at`): the checks of many queues fall due together, not one park
+    per check."""
     wanted: bool = True
     woken: bool = False
     """A wake token of this queue was popped since its last claim."""
@@ -106,13 +110,19 @@ class Agenda:
             times.scheduled = due.promote_in is not None
             times.wanted = times.wanted or due.pending > 0
         times.check_at = now + (min(again, self.beat_s) if busy else again)
+        # A quiet queue's check may come up to a beat early (never a lapsing lease's: that
+        # check would find it not lapsed yet, and come again at once).
+        times.check_from = times.check_at - (0.0 if busy else min(self.beat_s, again / 2))
+
+    def check_due(self, name: str, now: float) -> bool:
+        return now >= self._times[name].check_from
 
     def reaped(self, name: str, returned: int, more: bool, now: float) -> None:
         """A check reaped: jobs it returned are claimed; `more`: its batch was full, so check (and
         reap) again on the next pass."""
         times = self._times[name]
         if more:
-            times.check_at = now
+            times.check_at = times.check_from = now
         times.wanted = times.wanted or returned > 0
 
     def promoted(self, name: str, promoted: int, next_due_ms: int | None, now: float) -> None:
@@ -149,11 +159,14 @@ class Agenda:
             times.wanted = False
         times.claim_at, times.offer_at = None, renew_at
 
-    def offer_due(self, name: str, now: float) -> bool:
+    def offer_due(self, name: str, now: float, early_s: float = 0.0) -> bool:
         """Whether the standing offer on `name` is to be renewed now (a claim due anyway renews
-        it by itself)."""
+        it by itself): from `early_s` before its time, when the worker is awake anyway, so that
+        the offers of several queues are renewed on one wake-up."""
         times = self._times[name]
-        return times.offer_at is not None and now >= times.offer_at and not times.wanted
+        if times.offer_at is None or times.wanted:
+            return False
+        return now >= times.offer_at - early_s
 
     def offer_kept(self, name: str, renew_at: float | None) -> None:
         """An offer renewed: renew it again at `renew_at`; None (it no longer stood): claim."""
@@ -175,7 +188,8 @@ class Agenda:
     def eager(self, now: float) -> None:
         """Burst mode: check and claim every queue on this pass."""
         for times in self._times.values():
-            times.check_at, times.wanted = now, True
+            times.check_at = times.check_from = now
+            times.wanted = True
 
     def next_time(self, now: float) -> float | None:
         """The soonest future time anything falls due (a time already past is being handled,

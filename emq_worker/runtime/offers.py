@@ -74,7 +74,7 @@ class Offers:
         self._queues = {queue.name: queue for queue in queues}
         self._by_queue = {name: Offer(new_nonce()) for name in self._queues}
         self._offered = set(list(self._queues)[:MAX_OFFERED_QUEUES])
-        self._renew_s = (offer_ms - min(OFFER_SLACK_MS, offer_ms // 2)) / 1000
+        self.renew_s = (offer_ms - min(OFFER_SLACK_MS, offer_ms // 2)) / 1000
 
     def reserved(self, other_than: str) -> int:
         """Slots held by offers that a claim on `other_than` does not withdraw."""
@@ -118,7 +118,7 @@ class Offers:
     def renew_at(self, queue: str) -> float | None:
         """When the standing offer on `queue` is to be renewed (monotonic); None: none stands."""
         offer = self._by_queue[queue]
-        return offer.made_at + self._renew_s if offer.standing else None
+        return offer.made_at + self.renew_s if offer.standing else None
 
     def mailboxes(self, queues: Iterable[Queue]) -> list[str]:
         """The hand-off lists of the standing offers on `queues`."""

@@ -50,7 +50,7 @@ class QueueUpkeep:
         with `force`; `busy`: this worker holds leases there), more reaps while the check's batch
         was full, and a promote and a repeat scan whose time has come."""
         times = self.agenda[queue.name]
-        if force or self.state.clock.monotonic() >= times.check_at:
+        if force or self.agenda.check_due(queue.name, self.state.clock.monotonic()):
             window_s = self.agenda.window()
             batch, cap = self.state.settings.reap_batch, self.reap_max_attempts
             due = await check_upkeep(queue, int(window_s * 1000), batch, cap, force=force)
