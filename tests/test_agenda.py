@@ -46,7 +46,7 @@ def test_every_queue_is_checked_and_claimed_first() -> None:
 def test_a_quiet_check_is_made_again_one_window_later() -> None:
     plan = agenda()
     plan.checked("q", UpkeepDue(), now=10.0, window_s=0.95)
-    assert plan["q"].check_at == pytest.approx(10.95)
+    assert plan["q"].check_at == pytest.approx(11.0)  # the next tick (a tenth of the window)
     assert (plan["q"].promote_at, plan["q"].repeat_at) == (None, None)
 
 
@@ -78,13 +78,12 @@ def test_what_a_check_finds_due_is_scheduled_and_pending_jobs_are_claimed() -> N
 
 
 def test_a_dry_claim_ends_the_want_and_its_offer_is_kept_when_due_without_a_claim() -> None:
-    plan = agenda()
+    plan = agenda(window_s=10.0)
     plan.claimed("q", leased=3, dry=True, renew_at=19.5)
-    assert not plan.offer_due("q", 19.4)
-    assert plan.offer_due("q", 19.5)
-    assert plan.offer_due("q", 18.5, early_s=1.0)  # early, when the worker is awake anyway
+    assert not plan.offer_due("q", 18.9)
+    assert plan.offer_due("q", 19.0)  # the tick before its time
     assert not plan.wants_claim("q", 19.5)
-    assert plan.next_time(10.0) == 19.5
+    assert plan.next_time(10.0) == 19.0
     plan.offer_kept("q", renew_at=29.0)
     assert (plan["q"].offer_at, plan.wants_claim("q", 29.0)) == (29.0, False)
 
@@ -173,17 +172,19 @@ def test_burst_mode_checks_and_claims_every_queue_each_pass() -> None:
     assert all(plan[name].check_at == 10.2 and plan.wants_claim(name, 10.2) for name in plan)
 
 
-def test_a_quiet_check_may_be_made_up_to_a_beat_early_when_the_worker_is_awake() -> None:
-    """So the checks of many queues fall due together: one park per beat, not one per check."""
-    plan = agenda(window_s=10.0, beat_s=1.0)
-    plan.checked("q", UpkeepDue(), now=10.0, window_s=10.0)
-    assert plan.next_time(10.0) == pytest.approx(20.0)  # the park still ends at the window
-    assert not plan.check_due("q", 18.9)
-    assert plan.check_due("q", 19.0)
+def test_quiet_checks_and_offer_renewals_fall_on_the_beat_s_grid() -> None:
+    """So an idle worker's chores fall due together: one park for all, not one per queue. A
+    quiet check waits for the next tick (never before its note lapses); a renewal takes the
+    tick before (never after the offer lapses)."""
+    plan = agenda("a", "b", window_s=10.0, beat_s=1.0)
+    plan.checked("a", UpkeepDue(), now=10.2, window_s=9.3)
+    plan.checked("b", UpkeepDue(), now=10.6, window_s=9.2)
+    assert plan["a"].check_at == plan["b"].check_at == pytest.approx(20.0)
+    plan.claimed("a", leased=0, dry=True, renew_at=19.7)
+    assert plan["a"].offer_at == pytest.approx(19.0)
 
 
-def test_a_check_for_a_lapsing_lease_is_never_made_early() -> None:
+def test_a_check_for_a_lapsing_lease_is_not_moved_to_the_grid() -> None:
     plan = agenda(window_s=10.0, beat_s=1.0)
     plan.checked("q", UpkeepDue(reap_in=250), now=10.0, window_s=10.0)
-    assert not plan.check_due("q", 10.2)
-    assert plan.check_due("q", 10.25)
+    assert plan["q"].check_at == pytest.approx(10.25)

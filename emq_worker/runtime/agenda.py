@@ -52,10 +52,6 @@ def check_window_s(queues: int, beat_s: float, lease_s: float) -> float:
 @dataclass(slots=True)
 class QueueTimes:
     check_at: float = 0.0
-    check_from: float = 0.0
-    """The check may be made from then on, when the worker is awake anyway (a quiet queue's,
-    up to a beat before `check_at`): the checks of many queues fall due together, not one park
-    per check."""
     wanted: bool = True
     woken: bool = False
     """A wake token of this queue was popped since its last claim."""
@@ -73,6 +69,8 @@ class Agenda:
     ) -> None:
         self.window_s = window_s
         self.beat_s = beat_s
+        self.grid_s = min(beat_s, window_s * CHECK_JITTER)
+        """The tick idle chores are aligned to: a beat, or a tenth of a short window."""
         self.rng = rng
         self._times = {name: QueueTimes() for name in names}
         self._woken_dry: list[str] = []
@@ -109,20 +107,31 @@ class Agenda:
             times.repeat_at = _at(now, due.repeat_in)
             times.scheduled = due.promote_in is not None
             times.wanted = times.wanted or due.pending > 0
-        times.check_at = now + (min(again, self.beat_s) if busy else again)
-        # A quiet queue's check may come up to a beat early (never a lapsing lease's: that
-        # check would find it not lapsed yet, and come again at once).
-        times.check_from = times.check_at - (0.0 if busy else min(self.beat_s, again / 2))
+        # A quiet queue's check waits for the next tick of the grid: the checks of many queues
+        # fall due together, one park for all (never before its own note lapses: that would be
+        # held). Not a held check: it stands in for a maker that may be gone.
+        if busy:
+            times.check_at = now + min(again, self.beat_s)
+        elif due.held_ms is not None:
+            times.check_at = now + again
+        else:
+            times.check_at = self.align(now + again, up=True)
 
     def check_due(self, name: str, now: float) -> bool:
-        return now >= self._times[name].check_from
+        return now >= self._times[name].check_at
+
+    def align(self, at: float, *, up: bool) -> float:
+        """`at` moved to a tick of the grid (`grid_s` apart), later (`up`) or earlier: the
+        times an idle worker wakes for fall together."""
+        ticks = at / self.grid_s  # a time on a tick stays there, whatever the float error
+        return (math.ceil(ticks - 1e-6) if up else math.floor(ticks + 1e-6)) * self.grid_s
 
     def reaped(self, name: str, returned: int, more: bool, now: float) -> None:
         """A check reaped: jobs it returned are claimed; `more`: its batch was full, so check (and
         reap) again on the next pass."""
         times = self._times[name]
         if more:
-            times.check_at = times.check_from = now
+            times.check_at = now
         times.wanted = times.wanted or returned > 0
 
     def promoted(self, name: str, promoted: int, next_due_ms: int | None, now: float) -> None:
@@ -133,6 +142,10 @@ class Agenda:
 
     def repeats_fired(self, name: str, next_in_ms: int | None, now: float) -> None:
         self._times[name].repeat_at = _at(now, next_in_ms)
+
+    def _renewal(self, renew_at: float | None) -> float | None:
+        """An offer's renewal, at the grid's tick before `renew_at` (earlier is harmless)."""
+        return None if renew_at is None else self.align(renew_at, up=False)
 
     def woken(self, name: str) -> None:
         times = self._times[name]
@@ -157,21 +170,18 @@ class Agenda:
         times.woken = False
         if dry:
             times.wanted = False
-        times.claim_at, times.offer_at = None, renew_at
+        times.claim_at, times.offer_at = None, self._renewal(renew_at)
 
-    def offer_due(self, name: str, now: float, early_s: float = 0.0) -> bool:
+    def offer_due(self, name: str, now: float) -> bool:
         """Whether the standing offer on `name` is to be renewed now (a claim due anyway renews
-        it by itself): from `early_s` before its time, when the worker is awake anyway, so that
-        the offers of several queues are renewed on one wake-up."""
+        it by itself)."""
         times = self._times[name]
-        if times.offer_at is None or times.wanted:
-            return False
-        return now >= times.offer_at - early_s
+        return times.offer_at is not None and now >= times.offer_at and not times.wanted
 
     def offer_kept(self, name: str, renew_at: float | None) -> None:
         """An offer renewed: renew it again at `renew_at`; None (it no longer stood): claim."""
         times = self._times[name]
-        times.offer_at = renew_at
+        times.offer_at = self._renewal(renew_at)
         if renew_at is None:
             times.wanted = True
 
@@ -188,8 +198,7 @@ class Agenda:
     def eager(self, now: float) -> None:
         """Burst mode: check and claim every queue on this pass."""
         for times in self._times.values():
-            times.check_at = times.check_from = now
-            times.wanted = True
+            times.check_at, times.wanted = now, True
 
     def next_time(self, now: float) -> float | None:
         """The soonest future time anything falls due (a time already past is being handled,

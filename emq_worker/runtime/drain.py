@@ -75,11 +75,9 @@ class Drainer:
     async def keep_offers(self) -> None:
         """Renew each standing offer due for it (lua/offer.lua: five commands, not a claim); an
         offer that no longer stands has its queue claimed in this drain instead."""
-        # Up to a beat early (at most half an offer's renewal period): one wake-up for several.
-        early_s = min(self.state.settings.beat_ms / 1000, self.offers.renew_s / 2)
         for queue in self.isolation.ready():
             sent_at = self.state.clock.monotonic()
-            if not self.agenda.offer_due(queue.name, sent_at, early_s):
+            if not self.agenda.offer_due(queue.name, sent_at):
                 continue
             standing = False
             with self.isolation.isolated(queue):

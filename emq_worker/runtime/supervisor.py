@@ -180,8 +180,9 @@ class Supervisor:
         off as a whole."""
         if self.registry is None:
             return
-        self._next_presence = (
-            self.state.clock.monotonic() + self.registry.ttl_ms / 1000 / PRESENCE_SHARE
+        # On the agenda's grid, as the queues' idle chores: one wake-up for all that fall due.
+        self._next_presence = self.agenda.align(
+            self.state.clock.monotonic() + self.registry.ttl_ms / 1000 / PRESENCE_SHARE, up=False
         )
         book = self.state.book
         presence = Presence(
