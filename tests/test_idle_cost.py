@@ -2,8 +2,12 @@
 scripts included) on a server of its own, over a window: a count, not a timing.
 
 Targets: one idle worker serving 100 queues makes at most one command per queue per second (it
-made ~210 when presence cost four commands per queue every refresh and an idle check ten); eight
-idle workers on one queue make under 50 commands/s in all. Before, every worker reaped, promoted,
+made ~210 when presence cost four commands per queue every refresh and an idle check ten); one
+idle worker on one queue under 3.5 commands/s (it made 8 when it checked the queue every beat and
+renewed its hand-off offer with a claim); eight idle workers on one queue under 12 in all (they
+made 42 when each kept an offer and checked every second or two: the issue's target, twice one
+worker, is not met: each worker's presence refresh and the park that wakes for it cost about 0.6
+a second of their own). Before, every worker reaped, promoted,
 scanned repeats and claimed every queue every beat (about 27 commands per queue per worker per
 second), and wake tokens left over from a backlog (up to 64 per queue) were popped one per park,
 each followed by a claim on every queue: a worker on 100 such queues spun for minutes.
@@ -63,9 +67,22 @@ async def test_one_idle_worker_serving_100_queues_makes_at_most_100_commands_a_s
     assert rate <= 100, f"{rate:.0f} commands/s; most called: {counts.most_common(8)}"
 
 
-async def test_eight_idle_workers_on_one_queue_make_under_50_commands_a_second_in_all(
+async def test_one_idle_worker_on_one_queue_makes_under_3_5_commands_a_second(
     idle_server: RedisServer, observer: Redis
 ) -> None:
+    settings = WorkerSettings(queues=("idle",), redis_url=idle_server.url)
+    async with running_worker(settings, App()):
+        await parked(observer)
+        counts = await commands_in(observer, WINDOW_S)
+    rate = per_second(counts, WINDOW_S)
+    assert rate < 3.5, f"{rate:.1f} commands/s; most called: {counts.most_common(8)}"
+
+
+async def test_eight_idle_workers_on_one_queue_make_under_12_commands_a_second_in_all(
+    idle_server: RedisServer, observer: Redis
+) -> None:
+    """One check per window for the fleet, a `held` answer per other worker, two workers' offers
+    kept (claim.lua lets two stand), and each worker's presence and parks."""
     settings = WorkerSettings(queues=("idle",), redis_url=idle_server.url)
     async with AsyncExitStack() as stack:
         for _ in range(8):
@@ -73,7 +90,7 @@ async def test_eight_idle_workers_on_one_queue_make_under_50_commands_a_second_i
         await parked(observer, workers=8)
         counts = await commands_in(observer, WINDOW_S)
     rate = per_second(counts, WINDOW_S)
-    assert rate < 50, f"{rate:.0f} commands/s; most called: {counts.most_common(8)}"
+    assert rate < 12, f"{rate:.1f} commands/s; most called: {counts.most_common(8)}"
 
 
 async def test_wake_tokens_a_backlog_left_behind_are_cleared_not_worked_through(
