@@ -11,6 +11,7 @@ happen before the count starts.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,10 @@ async def test_keeping_an_offer_standing_costs_what_is_published(
     assert within(kept, published["offer_keep_commands"]), kept
 
 
+def on_grid(period_s: float) -> float:
+    return math.floor(period_s / BEAT_S) * BEAT_S
+
+
 def idle_per_minute(queues: int, published: dict[str, Any]) -> float:
     """By the beat's schedule at the defaults, what one idle worker on `queues` queues asks per
     minute: each queue's check once per check window; a standing offer on each of its first
@@ -135,10 +140,11 @@ def idle_per_minute(queues: int, published: dict[str, Any]) -> float:
     TTL (its index written every PRUNE_EVERY refreshes). The parks' BLPOPs (one per wake-up for
     any of these, at most `idle_park_ms` apart) depend on how they fall together: left out."""
     checks = 60 / check_window_s(queues, BEAT_S, LEASE_S) * published["idle_check_commands"]
-    offer_s = (OFFER_MS - min(OFFER_SLACK_MS, OFFER_MS // 2)) / 1000
+    # Renewals and refreshes take the tick of the one-beat grid before their time (agenda.py).
+    offer_s = on_grid((OFFER_MS - min(OFFER_SLACK_MS, OFFER_MS // 2)) / 1000)
     offers = min(queues, MAX_OFFERED_QUEUES) * 60 / offer_s * published["offer_keep_commands"]
     ttl_s = max(BEATS_TO_LIVE * BEAT_S, MIN_TTL_MS / 1000)
-    refreshes = 60 / (ttl_s / PRESENCE_SHARE)
+    refreshes = 60 / on_grid(ttl_s / PRESENCE_SHARE)
     per_refresh = (
         published["presence_prune_commands"]
         + (PRUNE_EVERY - 1) * published["presence_refresh_commands"]
