@@ -22,7 +22,7 @@ from emq_worker.protocol.keys import VERSION_KEY
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.values import Counts
-from tests.support.processes import WorkerProcesses
+from tests.support.processes import WorkerProcess, WorkerProcesses
 from tests.support.server import RedisServer
 from tests.support.wait import eventually
 
@@ -70,22 +70,8 @@ async def test_a_sigkilled_holder_s_job_is_rerun_by_another_worker_within_a_leas
     client: Redis, redis_url: str, queue_name: str, workers: WorkerProcesses
 ) -> None:
     lease_ms = 600
-    producer = Producer(client)
-    queue = producer.queue(queue_name)
-    a = workers.start(
-        "a", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=BEAT_MS
-    )
-    await a.wait_event("worker_started")
-    # A holds its attempt until it dies (however slow the machine), B's rerun takes 50 ms.
-    job = (await producer.enqueue(queue_name, "sleep", {"ms": 50, "first_ms": HOLD_MS})).job_id
-    await workers.ledger.wait_for("start", job, attempt=1, pid=a.pid)
-    # B runs before the crash (A keeps renewing meanwhile), so its start-up is not on the clock.
-    b = workers.start(
-        "b", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=BEAT_MS
-    )
-    await b.wait_event("worker_started")
-    assert workers.ledger.find(job_id=job, pid=b.pid) == []
-    await assert_held_by_its_first_claim(queue, job, workers)
+    queue = Producer(client).queue(queue_name)
+    a, b, job = await held_by_a_beside_b(queue, redis_url, workers, lease_ms, BEAT_MS)
 
     a.send(signal.SIGKILL)
     killed_at = time.monotonic()
@@ -111,19 +97,8 @@ async def test_a_dead_holder_s_lease_is_reaped_within_a_beat_of_its_deadline_by_
     a held check is made again a beat after the note lapses, not a check window (ten beats here)
     after: the lease of a holder killed is reaped within a beat of its deadline."""
     lease_ms, beat_ms = 15_000, 250  # a check window of 2.5 s, a third of the lease at most
-    producer = Producer(client)
-    queue = producer.queue(queue_name)
-    a = workers.start(
-        "a", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=beat_ms
-    )
-    await a.wait_event("worker_started")
-    job = (await producer.enqueue(queue_name, "sleep", {"ms": 10, "first_ms": HOLD_MS})).job_id
-    await workers.ledger.wait_for("start", job, attempt=1, pid=a.pid)
-    b = workers.start(
-        "b", queue=queue_name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=beat_ms
-    )
-    await b.wait_event("worker_started")
-    await assert_held_by_its_first_claim(queue, job, workers)
+    queue = Producer(client).queue(queue_name)
+    a, b, job = await held_by_a_beside_b(queue, redis_url, workers, lease_ms, beat_ms)
 
     a.send(signal.SIGKILL)
     assert await a.wait_exit(EXIT_SOON_S) == -signal.SIGKILL
@@ -139,6 +114,26 @@ async def test_a_dead_holder_s_lease_is_reaped_within_a_beat_of_its_deadline_by_
     late_ms = rerun - int(deadline)
     assert late_ms <= beat_ms + LATE_SLACK_MS, f"claimed again {late_ms} ms after its deadline"
     await workers.ledger.wait_for("done", job, attempt=2, pid=b.pid, within_s=5)
+
+
+async def held_by_a_beside_b(
+    queue: Queue, redis_url: str, workers: WorkerProcesses, lease_ms: int, beat_ms: int
+) -> tuple[WorkerProcess, WorkerProcess, JobId]:
+    """Worker A holds a job's first attempt until it dies (however slow the machine; a rerun
+    takes 50 ms); B starts before the crash (A keeps renewing meanwhile), so its start-up is not
+    on the clock. Returns A, B and the job."""
+    name = queue.name
+    a = workers.start("a", queue=name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=beat_ms)
+    await a.wait_event("worker_started")
+    job = (
+        await Producer(queue.client).enqueue(name, "sleep", {"ms": 50, "first_ms": HOLD_MS})
+    ).job_id
+    await workers.ledger.wait_for("start", job, attempt=1, pid=a.pid)
+    b = workers.start("b", queue=name, redis_url=redis_url, lease_ms=lease_ms, beat_ms=beat_ms)
+    await b.wait_event("worker_started")
+    assert workers.ledger.find(job_id=job, pid=b.pid) == []
+    await assert_held_by_its_first_claim(queue, job, workers)
+    return a, b, job
 
 
 async def assert_held_by_its_first_claim(

@@ -55,27 +55,33 @@ def per_second(counts: dict[str, int], window_s: float) -> float:
     return sum(counts.values()) / window_s
 
 
+async def idle_rate(
+    observer: Redis, settings: WorkerSettings, workers: int = 1
+) -> tuple[float, list[tuple[str, int]]]:
+    """Commands/s of `workers` idle workers with `settings`, once all are parked, over WINDOW_S;
+    and the most called."""
+    async with AsyncExitStack() as stack:
+        for _ in range(workers):
+            await stack.enter_async_context(running_worker(settings, App()))
+        await parked(observer, workers=workers)
+        counts = await commands_in(observer, WINDOW_S)
+    return per_second(counts, WINDOW_S), counts.most_common(8)
+
+
 async def test_one_idle_worker_serving_100_queues_makes_at_most_100_commands_a_second(
     idle_server: RedisServer, observer: Redis
 ) -> None:
     queues = tuple(f"idle-{n}" for n in range(100))
     settings = WorkerSettings(queues=queues, redis_url=idle_server.url, concurrency=100)
-    async with running_worker(settings, App()):
-        await parked(observer)
-        counts = await commands_in(observer, WINDOW_S)
-    rate = per_second(counts, WINDOW_S)
-    assert rate <= 100, f"{rate:.0f} commands/s; most called: {counts.most_common(8)}"
+    rate, most = await idle_rate(observer, settings)
+    assert rate <= 100, f"{rate:.0f} commands/s; most called: {most}"
 
 
 async def test_one_idle_worker_on_one_queue_makes_under_3_5_commands_a_second(
     idle_server: RedisServer, observer: Redis
 ) -> None:
-    settings = WorkerSettings(queues=("idle",), redis_url=idle_server.url)
-    async with running_worker(settings, App()):
-        await parked(observer)
-        counts = await commands_in(observer, WINDOW_S)
-    rate = per_second(counts, WINDOW_S)
-    assert rate < 3.5, f"{rate:.1f} commands/s; most called: {counts.most_common(8)}"
+    rate, most = await idle_rate(observer, WorkerSettings(("idle",), redis_url=idle_server.url))
+    assert rate < 3.5, f"{rate:.1f} commands/s; most called: {most}"
 
 
 async def test_eight_idle_workers_on_one_queue_make_under_12_commands_a_second_in_all(
@@ -84,13 +90,8 @@ async def test_eight_idle_workers_on_one_queue_make_under_12_commands_a_second_i
     """One check per window for the fleet, a `held` answer per other worker, two workers' offers
     kept (claim.lua lets two stand), and each worker's presence and parks."""
     settings = WorkerSettings(queues=("idle",), redis_url=idle_server.url)
-    async with AsyncExitStack() as stack:
-        for _ in range(8):
-            await stack.enter_async_context(running_worker(settings, App()))
-        await parked(observer, workers=8)
-        counts = await commands_in(observer, WINDOW_S)
-    rate = per_second(counts, WINDOW_S)
-    assert rate < 12, f"{rate:.1f} commands/s; most called: {counts.most_common(8)}"
+    rate, most = await idle_rate(observer, settings, workers=8)
+    assert rate < 12, f"{rate:.1f} commands/s; most called: {most}"
 
 
 async def test_wake_tokens_a_backlog_left_behind_are_cleared_not_worked_through(
