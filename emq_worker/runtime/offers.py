@@ -38,7 +38,8 @@ this one by the script tests): in a fleet parked on one queue, two workers pay o
 not every one."""
 MAX_OFFERED_QUEUES = 8
 """Only a worker's first queues (in the order given) get offers: each offer holds a slot and
-costs a claim per renewal, and the other queues are woken by their tokens just the same."""
+costs a renewal (lua/offer.lua) every third of a lease, and the other queues are woken by their
+tokens just the same."""
 
 
 def offer_ms(settings: WorkerSettings, park_spans_slots: bool) -> int:

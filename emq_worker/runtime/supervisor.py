@@ -2,11 +2,12 @@
 
 Each pass tends the queues whose time has come (upkeep.py: a check of what is due, then the reap,
 promote or repeat scan it calls for), drains the queues the agenda wants claimed (drain.py), and
-parks. Park sleeps until the next beat or the next time the agenda (agenda.py) holds; it returns
-early on a wake token (new work on that queue) or a job handed to this worker's offer (offers.py)
-when slots are free, or when a running job frees a slot while all are taken. An idle worker thus
-costs one BLPOP per beat over all its wake keys, plus one check per queue per check window, shared
-by the fleet: never a reap, promote and claim per queue per beat.
+parks. Park sleeps until the next beat (a worker holding nothing: its next chore) or the next
+time the agenda (agenda.py) holds; it returns early on a wake token (new work on that queue) or a
+job handed to this worker's offer (offers.py) when slots are free, or when a running job frees a
+slot while all are taken. An idle worker thus costs one BLPOP over all its wake keys per tick of
+the agenda's grid with something due, plus one check per queue per check window, shared by the
+fleet: never a reap, promote and claim per queue per beat.
 
 A failure that belongs to one queue (a wrong-typed key; on a cluster, the node owning the queue's
 slot down) rests that queue alone on its own backoff while the beat goes on with the others
