@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from emq_worker.admin import verbs
-from emq_worker.dashboard import fleet, history_reads, layout, listing, queues
+from emq_worker.dashboard import fleet, history_reads, job_search, layout, listing, queues
 from emq_worker.dashboard.params import (
     choice_param,
     open_queue,
@@ -156,16 +156,14 @@ async def search(request: Request) -> Response:
     if not raw:
         return render(request, "search.html", wanted="", found=[], searched=0)
     job_id = ids.job_id(raw)
-    client = dashboard(request).redis
-    names = (await dashboard(request).queues.find(fresh=True)).queues
-    async with client.pipeline(transaction=False) as pipe:
-        for name in names:
-            keys = QueueKeys.of(name)
-            pipe.exists(keys.job(job_id))
-            pipe.hexists(*keys.receipt(job_id))
-        replies = await pipe.execute()
-    hits = [row or receipt for row, receipt in zip(replies[::2], replies[1::2], strict=True)]
-    found = [name for name, hit in zip(names, hits, strict=True) if hit]
-    if len(found) == 1:
-        return RedirectResponse(f"/queues/{found[0]}/jobs/{job_id}", status_code=303)
-    return render(request, "search.html", wanted=job_id, found=found, searched=len(names))
+    located = await job_search.locate(dashboard(request).redis, dashboard(request).queues, job_id)
+    if len(located.queues) == 1:
+        return RedirectResponse(f"/queues/{located.queues[0]}/jobs/{job_id}", status_code=303)
+    return render(
+        request,
+        "search.html",
+        wanted=job_id,
+        found=located.queues,
+        searched=located.searched,
+        complete=located.complete,
+    )

@@ -46,13 +46,18 @@ class QueueFinder:
         self.client = client
         self.clock = clock
         self._scanned: tuple[float, verbs.Discovery] | None = None
+        self._remembered: set[str] = set()
+
+    def remember(self, names: list[str]) -> None:
+        """Queues found otherwise (a job search's look-up): listed from now on."""
+        self._remembered.update(names)
 
     async def find(self, *, fresh: bool = False) -> Found:
         since = int(time.time() * 1000) - NAMED_WITHIN_MS
         named = await self.client.zrangebyscore(QUEUES_KEY, since, "+inf", 0, QUEUES_READ)
         names = {verbs.queue_of_key(f"emq:{{{text(n)}}}:") for n in named} - {None}
         scanned = await self._scan(fresh)
-        found = {n for n in names if n is not None} | set(scanned.queues)
+        found = {n for n in names if n is not None} | set(scanned.queues) | self._remembered
         return Found(sorted(found), scanned.complete, len(names))
 
     async def _scan(self, fresh: bool) -> verbs.Discovery:
