@@ -14,6 +14,7 @@ from typing import NamedTuple
 from redis.asyncio import Redis
 
 from emq_worker.admin import verbs
+from emq_worker.dashboard.job_result import result_key
 from emq_worker.dashboard.queues import QueueFinder
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.names import JobId
@@ -42,7 +43,7 @@ async def holding(client: Redis, names: list[str], job_id: JobId) -> list[str]:
     async with client.pipeline(transaction=False) as pipe:
         for name in names:
             keys = QueueKeys.of(name)
-            pipe.exists(keys.job(job_id), f"{keys.prefix}result:{job_id}")
+            pipe.exists(keys.job(job_id), result_key(keys, job_id))
             pipe.hexists(*keys.receipt(job_id))
         replies = await pipe.execute()
     hits = [row or receipt for row, receipt in zip(replies[::2], replies[1::2], strict=True)]
