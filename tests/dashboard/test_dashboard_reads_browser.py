@@ -12,17 +12,10 @@ from redis.asyncio import Redis
 from emq_worker.observe.history_format import DURATION_BUCKET, MINUTE_MS, duration_bucket
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.protocol.servertime import server_ms
-from tests.dashboard.test_dashboard_browser import (
-    CHROMIUM,
-    SEEN_MS,
-    chromium,
-    dashboard_settings,
-    page_on,
-    serving,
-)
+from tests.dashboard import test_dashboard_browser as kit
 
 pytestmark = [
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"),
+    pytest.mark.skipif(not kit.CHROMIUM.exists(), reason="no Debian chromium"),
     pytest.mark.fault,
 ]
 
@@ -56,13 +49,13 @@ async def test_a_lone_minute_of_runs_is_drawn_on_the_run_time_graph(
     await lone_minute(client, keys, current - 10 * MINUTE_MS, 0.25)  # quiet on either side
     await lone_minute(client, keys, current, 0.5)  # the minute still filling, after a quiet one
     async with (
-        serving(dashboard_settings(redis_url)) as base,
-        chromium() as browser,
-        page_on(browser) as page,
+        kit.serving(kit.dashboard_settings(redis_url)) as base,
+        kit.chromium() as browser,
+        kit.page_on(browser) as page,
     ):
         await page.goto(f"{base}/queues/{queue_name}")
         chart = page.locator("#durations")
-        await expect(chart).to_have_attribute("data-drawn", "1", timeout=SEEN_MS)
+        await expect(chart).to_have_attribute("data-drawn", "1", timeout=kit.SEEN_MS)
         for series in ("mean", "p95"):
             drawn = await page.evaluate(MARKS_DRAWN, f"#durations svg .{series}")
             assert drawn == 2, (series, await chart.inner_html())
