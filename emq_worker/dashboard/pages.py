@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from emq_worker.admin import verbs
-from emq_worker.dashboard import fleet, history_reads, job_search, layout, listing, queues
+from emq_worker.dashboard import fleet, history_reads, job_search, layout, listing, queues, tabs
 from emq_worker.dashboard.params import (
     choice_param,
     open_queue,
@@ -77,13 +77,14 @@ async def queues_fragment(request: Request) -> Response:
 
 
 async def state_page(request: Request) -> Response:
-    """pending, scheduled, active or completed: one page of the queue's jobs in that state."""
+    """pending (with the jobs in lanes), scheduled, active, completed, waiting (flow parents)
+    or retries: one page of the queue's jobs in that tab."""
     state = request.scope["route"].name
     queue = await open_queue(request)
     stats = await verbs.queue_stats(queue)
     order = choice_param(request, "order", ("oldest", "newest"))
-    found = await listing.list_jobs(
-        queue.client, queue.name, state, page_param(request), newest_first=order == "newest"
+    found = await tabs.list_tab(
+        request, queue, state, page_param(request), newest_first=order == "newest"
     )
     bars = await _bars(queue.client, queue.name, found) if state == "active" else {}
     return render(
