@@ -96,6 +96,7 @@ async def state_page(request: Request) -> Response:
         tab=state,
         order=order,
         leases=bars,
+        scanned=request.query_params.get("scan") == "1",
     )
 
 

@@ -21,7 +21,12 @@ async def list_tab(
     if tab == "waiting":
         finder = dashboard(request).parents
         return await waiting.list_waiting(
-            queue.client, finder, queue.name, number, newest_first=newest_first
+            queue.client,
+            finder,
+            queue.name,
+            number,
+            newest_first=newest_first,
+            scan=request.query_params.get("scan") == "1",
         )
     if tab == "retries":
         return await retries.list_retries(

@@ -1,9 +1,12 @@
 """Flow parents waiting for their children (bull-board's waiting-children).
 
-A held parent sits in no set (docs/protocol.md, section 5b): what marks it is its
-`job:<id>:dependencies` counter. A bounded SCAN for those keys finds the parents, whose rows
-still say `awaiting_children`; the list is reused for REUSE_S, so a page refreshed every
-second does not walk the keyspace every second. Ids sort in mint order.
+A held parent sits in no set that claims (docs/protocol.md, section 5b); our flow script lists
+it in `flow:held` (a ZSET, score 0, so in mint order) until it is released, failed, completed
+or removed. A page reads one range of it, then its rows (only those still `awaiting_children`
+are shown) and their `:dependencies` counters: a bounded read, however big the keyspace.
+
+EchoMQ's producers hold parents without that list. On request (`?scan=1`) a bounded SCAN for
+the `:dependencies` counters finds those too (reused for REUSE_S): it walks the keyspace.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from emq_worker.valkey.scan import BoundedScan
 REUSE_S = 5.0
 DEPENDENCIES = ":dependencies"
 AWAITING = "awaiting_children"
+HELD = "flow:held"
 
 
 class ParentFinder:
@@ -63,21 +67,40 @@ class ParentFinder:
 
 
 async def list_waiting(
-    client: Redis, finder: ParentFinder, queue: str, number: int, *, newest_first: bool
+    client: Redis,
+    finder: ParentFinder,
+    queue: str,
+    number: int,
+    *,
+    newest_first: bool,
+    scan: bool = False,
 ) -> Listing:
+    """A page of the parents held: from `flow:held`, or with `scan` from the SCAN."""
     keys = QueueKeys.of(queue)
-    held, complete = await finder.waiting(queue)
-    ordered = held[::-1] if newest_first else held
-    page = Page(number, PER_PAGE, len(ordered))
-    shown = ordered[page.start : page.stop + 1]
+    if scan:
+        held, complete = await finder.waiting(queue)
+        ordered = held[::-1] if newest_first else held
+        page = Page(number, PER_PAGE, len(ordered))
+        shown = ordered[page.start : page.stop + 1]
+    else:
+        complete = True
+        page = Page(number, PER_PAGE, int(await client.zcard(keys.prefix + HELD)))
+        members = await client.zrange(keys.prefix + HELD, page.start, page.stop, desc=newest_first)
+        shown = [text(member) for member in members]
     async with client.pipeline(transaction=False) as pipe:
         queue_time(pipe, keys.pending)
         for job_id in shown:
+            pipe.hget(keys.job(job_id), Field.STATE)
             pipe.get(keys.job(job_id) + DEPENDENCIES)
-        now, *counts = await pipe.execute()
-    rows = await peek(client, keys, "waiting", [(job_id, 0) for job_id in shown])
+        now, *replies = await pipe.execute()
+    states, counts = replies[::2], replies[1::2]
+    still = [
+        (job_id, int(n or 0))
+        for job_id, state, n in zip(shown, states, counts, strict=True)
+        if state is not None and text(state) == AWAITING
+    ]
+    rows = await peek(client, keys, "waiting", [(job_id, 0) for job_id, _ in still])
     counted = [
-        dataclasses.replace(row, outstanding=int(n or 0))
-        for row, n in zip(rows, counts, strict=True)
+        dataclasses.replace(row, outstanding=n) for row, (_, n) in zip(rows, still, strict=True)
     ]
     return Listing(queue, "waiting", page, counted, to_ms(now), newest_first, complete=complete)

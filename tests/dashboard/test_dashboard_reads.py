@@ -12,6 +12,8 @@ from redis.asyncio import Redis
 from emq_worker import FlowJob
 from emq_worker.jobs.producer import Producer
 from emq_worker.jobs.results import encode_result
+from emq_worker.protocol.ids import SnowflakeMinter
+from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import Completion, HeldLease
@@ -123,3 +125,21 @@ async def test_retries_are_listed_with_attempt_and_error_apart_from_delayed_jobs
     assert [(j["id"], j["attempts"], j["error"]) for j in api["jobs"]] == [
         (failing, 1, "<i>card declined</i>")
     ]
+
+
+async def test_a_parent_echomqs_producer_holds_is_listed_when_asked_for_a_scan(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    queue = Queue(client, Scripts(), queue_name)
+    parent = JobId(SnowflakeMinter(1005).job_id())
+    row = queue.keys.job(parent)  # as EchoMQ's Flows add writes it: no flow:held member
+    await client.hset(row, mapping={"state": "awaiting_children", "attempts": "0", "payload": "x"})
+    await client.set(f"{row}:dependencies", 2)
+    await client.zadd(queue.keys.pending, {"JOB0000000000b": 0})  # the queue exists
+    async with browsing(client, redis_url) as http:
+        listed = await http.get(f"/queues/{queue_name}/waiting")
+        scanned = await http.get(f"/queues/{queue_name}/waiting?scan=1")
+    assert job_rows(listed.text) == []
+    assert 'id="scan-parents"' in listed.text
+    assert job_rows(scanned.text) == [parent]
+    assert re.search(r'class="num outstanding">2<', scanned.text)
