@@ -1,6 +1,6 @@
 """`flow:held`: the flow parents our flow script holds, the list the dashboard's waiting tab
 reads instead of walking the keyspace. A parent is a member from its flow until it is
-released, failed by a child, completed or removed; obliterate deletes the list."""
+released or failed by a child, or removed; obliterate deletes the list."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ async def claimed(queue: Queue, job_id: JobId) -> ClaimedJob:
     return wanted
 
 
-async def test_a_parent_is_held_until_its_children_release_it_and_then_completes(
+async def test_a_parent_is_held_until_its_children_release_it(
     client: Redis, queue_name: str
 ) -> None:
     queue = Queue(client, Scripts(), queue_name)

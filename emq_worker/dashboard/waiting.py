@@ -1,9 +1,10 @@
 """Flow parents waiting for their children (bull-board's waiting-children).
 
 A held parent sits in no set that claims (docs/protocol.md, section 5b); our flow script lists
-it in `flow:held` (a ZSET, score 0, so in mint order) until it is released, failed, completed
-or removed. A page reads one range of it, then its rows (only those still `awaiting_children`
-are shown) and their `:dependencies` counters: a bounded read, however big the keyspace.
+it in `flow:held` (a ZSET, score 0, so in mint order) until it is released, failed or removed.
+A page reads one range of it, then its rows (only those still `awaiting_children` are shown: a
+parent EchoMQ's scripts released stays a member) and their `:dependencies` counters: a bounded
+read, however big the keyspace.
 
 EchoMQ's producers hold parents without that list. On request (`?scan=1`) a bounded SCAN for
 the `:dependencies` counters finds those too (reused for REUSE_S): it walks the keyspace.

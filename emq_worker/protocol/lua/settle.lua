@@ -165,7 +165,6 @@ local function complete(id, token, nonce, value)
   -- The row, its subkeys and a flow parent's (flow_retire's four) in one DEL.
   redis.call('DEL', row, row .. ':lock', row .. ':logs', row .. ':dependencies',
     row .. ':processed', row .. ':failed', row .. ':unsuccessful')
-  redis.call('ZREM', p .. 'flow:held', id) -- a parent EchoMQ released (ours leave at release)
   completed = completed + 1
   answer(row, id, token, nonce, 'completed')
   if listeners then

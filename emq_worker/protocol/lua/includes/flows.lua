@@ -12,8 +12,8 @@
 -- settle, a sweep that died before its ack) moves nothing twice: no parent is released early.
 -- Each function returns how many parents it released to pending (the caller's wake tokens).
 -- `flow:held` (a ZSET, score 0, ours) lists the parents our flow script holds: a parent leaves
--- it when released, failed, completed or removed (readers check the row: a parent EchoMQ's
--- scripts released stays a member until it completes here or is removed).
+-- it when released, failed or removed (readers check the row: a parent EchoMQ's scripts
+-- released stays a member until it is removed or its queue obliterated).
 
 -- An upward cascade of deaths takes one step per level; EchoMQ caps a tree at 8 levels.
 local FLOW_HOPS = 16
