@@ -48,6 +48,7 @@ async def pending_with_lanes(queue: Queue, number: int, *, newest_first: bool) -
             break
     rows = await peek(queue.client, keys, "pending", scored)
     grouped = [dataclasses.replace(row, group=g) for row, g in zip(rows, groups, strict=True)]
+    listed_all = lanes.complete and lanes.groups <= LANES_LISTED
     return Listing(
-        queue.name, "pending", page, grouped, to_ms(now), newest_first, complete=lanes.complete
+        queue.name, "pending", page, grouped, to_ms(now), newest_first, complete=listed_all
     )
