@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from emq_worker.dashboard import fleet, history_reads, listing, pages, queues
+from emq_worker.dashboard import fleet, history_reads, pages, queues, tabs
 from emq_worker.dashboard.params import (
     choice_param,
     open_queue,
@@ -54,11 +54,11 @@ async def tasks_json(request: Request) -> Response:
 
 
 async def jobs_json(request: Request) -> Response:
-    """?state=pending|scheduled|active|dead|completed&page=N&order=oldest|newest"""
+    """?state=pending|scheduled|active|dead|completed|waiting|retries&page=N&order=oldest|newest"""
     queue = await open_queue(request)
-    state = choice_param(request, "state", listing.STATES)
+    state = choice_param(request, "state", tabs.TABS)
     order = choice_param(request, "order", ("oldest", "newest"))
-    found = await listing.list_jobs(
-        queue.client, queue.name, state, page_param(request), newest_first=order == "newest"
+    found = await tabs.list_tab(
+        request, queue, state, page_param(request), newest_first=order == "newest"
     )
     return JSONResponse(found.as_dict())

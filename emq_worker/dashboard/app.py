@@ -33,7 +33,7 @@ from emq_worker.protocol.scripts import Scripts
 from emq_worker.valkey.connection import connect, redacted
 
 STATIC = Path(__file__).parent / "static"
-LISTED = ("pending", "scheduled", "active", "completed")
+LISTED = ("pending", "scheduled", "active", "completed", "waiting", "retries")
 """The states with a page of their own under /queues/<q>/ (dead has its page, with actions)."""
 
 

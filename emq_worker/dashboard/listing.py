@@ -47,6 +47,10 @@ class JobRow:
     """The settled log's entry (completed): outcome, at_ms, ms, worker, attempt."""
     priority: int | None = None
     """The row's `priority` (lower is claimed first); None for a job enqueued without one."""
+    group: str | None = None
+    """The fair lane it waits in (a pending job enqueued with a group); None for the others."""
+    outstanding: int | None = None
+    """A flow parent's children not done yet (the waiting tab)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -59,7 +63,9 @@ class JobRow:
             "score_ms": self.score_ms,
             "error": self.error,
             "priority": self.priority,
+            "group": self.group,
             **({"settled": self.settled} if self.settled else {}),
+            **({"outstanding": self.outstanding} if self.outstanding is not None else {}),
         }
 
 
@@ -71,6 +77,13 @@ class Listing:
     rows: list[JobRow]
     now_ms: int
     newest_first: bool
+    complete: bool = True
+    """False when the listing read a bounded part of what it filters (retries, waiting)."""
+
+    @property
+    def grouped(self) -> bool:
+        """Whether a job of this page waits in a lane (the page then shows the column)."""
+        return any(row.group is not None for row in self.rows)
 
     @property
     def prioritised(self) -> bool:
@@ -83,6 +96,7 @@ class Listing:
             "state": self.state,
             "now_ms": self.now_ms,
             "newest_first": self.newest_first,
+            "complete": self.complete,
             **self.page.as_dict(),
             "jobs": [row.as_dict() for row in self.rows],
         }

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from emq_worker.admin import verbs
-from emq_worker.dashboard import fleet, history_reads, layout, listing, queues
+from emq_worker.dashboard import fleet, history_reads, job_search, layout, listing, queues, tabs
 from emq_worker.dashboard.params import (
     choice_param,
     open_queue,
@@ -77,13 +77,14 @@ async def queues_fragment(request: Request) -> Response:
 
 
 async def state_page(request: Request) -> Response:
-    """pending, scheduled, active or completed: one page of the queue's jobs in that state."""
+    """pending (with the jobs in lanes), scheduled, active, completed, waiting (flow parents)
+    or retries: one page of the queue's jobs in that tab."""
     state = request.scope["route"].name
     queue = await open_queue(request)
     stats = await verbs.queue_stats(queue)
     order = choice_param(request, "order", ("oldest", "newest"))
-    found = await listing.list_jobs(
-        queue.client, queue.name, state, page_param(request), newest_first=order == "newest"
+    found = await tabs.list_tab(
+        request, queue, state, page_param(request), newest_first=order == "newest"
     )
     bars = await _bars(queue.client, queue.name, found) if state == "active" else {}
     return render(
@@ -95,6 +96,7 @@ async def state_page(request: Request) -> Response:
         tab=state,
         order=order,
         leases=bars,
+        scanned=request.query_params.get("scan") == "1",
     )
 
 
@@ -156,16 +158,14 @@ async def search(request: Request) -> Response:
     if not raw:
         return render(request, "search.html", wanted="", found=[], searched=0)
     job_id = ids.job_id(raw)
-    client = dashboard(request).redis
-    names = (await dashboard(request).queues.find(fresh=True)).queues
-    async with client.pipeline(transaction=False) as pipe:
-        for name in names:
-            keys = QueueKeys.of(name)
-            pipe.exists(keys.job(job_id))
-            pipe.hexists(*keys.receipt(job_id))
-        replies = await pipe.execute()
-    hits = [row or receipt for row, receipt in zip(replies[::2], replies[1::2], strict=True)]
-    found = [name for name, hit in zip(names, hits, strict=True) if hit]
-    if len(found) == 1:
-        return RedirectResponse(f"/queues/{found[0]}/jobs/{job_id}", status_code=303)
-    return render(request, "search.html", wanted=job_id, found=found, searched=len(names))
+    located = await job_search.locate(dashboard(request).redis, dashboard(request).queues, job_id)
+    if len(located.queues) == 1:
+        return RedirectResponse(f"/queues/{located.queues[0]}/jobs/{job_id}", status_code=303)
+    return render(
+        request,
+        "search.html",
+        wanted=job_id,
+        found=located.queues,
+        searched=located.searched,
+        complete=located.complete,
+    )

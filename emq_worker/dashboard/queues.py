@@ -19,6 +19,7 @@ from emq_worker.admin import verbs
 from emq_worker.protocol.keys import QUEUES_KEY, QueueKeys
 from emq_worker.protocol.replies import text
 from emq_worker.protocol.values import Counts
+from emq_worker.valkey.scan import SCAN_BUDGET
 
 QUEUES_READ = 1000
 SCAN_REUSE_S = 5.0
@@ -40,25 +41,34 @@ class Found:
 
 class QueueFinder:
     """Finds the queues; the SCAN's result is reused for SCAN_REUSE_S, so pages refreshing
-    every second do not walk the keyspace every second (`{emq}:queues` is read every time)."""
+    every second do not walk the keyspace every second (`{emq}:queues` is read every time).
+    The SCAN spends its budget in one call: on a busy CPU each round trip costs more than the
+    server's walk (110 000 keys at load 19 on 2 cores: a median 75 ms in one call, 131 ms in
+    ten)."""
 
     def __init__(self, client: Redis, clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.clock = clock
         self._scanned: tuple[float, verbs.Discovery] | None = None
+        self._remembered: set[str] = set()
+
+    def remember(self, names: list[str]) -> None:
+        """Queues found otherwise (a job search's look-up): listed from now on."""
+        self._remembered.update(names)
 
     async def find(self, *, fresh: bool = False) -> Found:
         since = int(time.time() * 1000) - NAMED_WITHIN_MS
         named = await self.client.zrangebyscore(QUEUES_KEY, since, "+inf", 0, QUEUES_READ)
         names = {verbs.queue_of_key(f"emq:{{{text(n)}}}:") for n in named} - {None}
         scanned = await self._scan(fresh)
-        found = {n for n in names if n is not None} | set(scanned.queues)
+        found = {n for n in names if n is not None} | set(scanned.queues) | self._remembered
         return Found(sorted(found), scanned.complete, len(names))
 
     async def _scan(self, fresh: bool) -> verbs.Discovery:
         now = self.clock()
         if fresh or self._scanned is None or now - self._scanned[0] > SCAN_REUSE_S:
-            self._scanned = (now, await verbs.discover_queues(self.client))
+            scanned = await verbs.discover_queues(self.client, count=SCAN_BUDGET)
+            self._scanned = (now, scanned)
         return self._scanned[1]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from emq_worker.admin import dead_letter, render, verbs
 from emq_worker.dashboard.attempts import holder_of
 from emq_worker.dashboard.fleet import Holder
+from emq_worker.dashboard.job_result import StoredResult, stored_result
 from emq_worker.dashboard.listing import preview
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
@@ -23,10 +24,17 @@ ROW_FIELDS_APART = ("progress", "last_error", "last_traceback", "error_history")
 class GoneJobError(verbs.UnknownJobError):
     """The job's row is gone, but the settled log remembers how it ended."""
 
-    def __init__(self, cause: verbs.UnknownJobError, settled: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        cause: verbs.UnknownJobError,
+        settled: list[dict[str, Any]],
+        result: StoredResult | None,
+    ) -> None:
         verbs.AdminError.__init__(self, str(cause))
         self.cause = cause
         self.settled = settled
+        self.result = result
+        """Its return value, while the result is kept (a completed job's row is deleted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +54,8 @@ class JobView:
     log_lines: int
     payload: str
     payload_truncated: bool
+    result: StoredResult | None
+    """A return value kept under its id (a job re-enqueued under a chosen id after it ran)."""
 
     def as_dict(self) -> dict[str, Any]:
         holder = self.holder
@@ -60,6 +70,7 @@ class JobView:
             "error_history": self.error_history,
             "logs": self.logs,
             "log_lines": self.log_lines,
+            "result": None if self.result is None else self.result.as_dict(),
         }
 
 
@@ -91,6 +102,7 @@ async def job_view(queue: Queue, job_id: JobId) -> JobView:
         log_lines=int(lines),
         payload=shown,
         payload_truncated=len(shown) < len(job.payload),
+        result=await stored_result(queue.client, queue.name, job_id),
     )
 
 

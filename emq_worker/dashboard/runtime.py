@@ -17,6 +17,7 @@ from emq_worker.dashboard.queues import QueueFinder
 from emq_worker.dashboard.security import CSRF_FIELD, Guard, set_csrf_cookie
 from emq_worker.dashboard.settings import DashboardSettings
 from emq_worker.dashboard.timeline import LeaseTracker
+from emq_worker.dashboard.waiting import ParentFinder
 from emq_worker.protocol.scripts import Scripts
 
 FLASH_COOKIE = "emq_flash"
@@ -33,11 +34,13 @@ class Dashboard:
     client: Redis | None = None
     tracker: LeaseTracker | None = None
     finder: QueueFinder | None = None
+    waiting: ParentFinder | None = None
 
     def attach(self, client: Redis) -> None:
         self.client = client
         self.tracker = LeaseTracker(client)
         self.finder = QueueFinder(client)
+        self.waiting = ParentFinder(client)
 
     @property
     def redis(self) -> Redis:
@@ -50,6 +53,12 @@ class Dashboard:
         if self.finder is None:
             raise RuntimeError("the dashboard has no queue finder yet (lifespan not started)")
         return self.finder
+
+    @property
+    def parents(self) -> ParentFinder:
+        if self.waiting is None:
+            raise RuntimeError("the dashboard has no parent finder yet (lifespan not started)")
+        return self.waiting
 
     @property
     def leases(self) -> LeaseTracker:

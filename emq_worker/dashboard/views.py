@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse, Response
 
 from emq_worker.admin import render as admin_render
 from emq_worker.admin import verbs
-from emq_worker.dashboard import attempts, listing, reads
+from emq_worker.dashboard import attempts, job_result, listing, reads
 from emq_worker.dashboard.history_reads import RANGES
 from emq_worker.dashboard.layout import lanes
 from emq_worker.dashboard.params import (
@@ -61,9 +61,10 @@ async def _job(request: Request) -> tuple[str, reads.JobView]:
         return queue.name, await reads.job_view(queue, job_id)
     except verbs.UnknownJobError as exc:
         settled = await attempts.settled_of(queue.client, queue.name, job_id)
-        if not settled:
+        result = await job_result.stored_result(queue.client, queue.name, job_id)
+        if not settled and result is None:
             raise
-        raise reads.GoneJobError(exc, settled) from exc
+        raise reads.GoneJobError(exc, settled, result) from exc
 
 
 async def job_page(request: Request) -> Response:
@@ -73,11 +74,12 @@ async def job_page(request: Request) -> Response:
         return render(
             request,
             "job_gone.html",
-            status=404,
+            status=404 if gone.result is None else 200,  # its result is what is left of it
             queue=request.path_params["queue"],
             job_id=request.path_params["job_id"],
             message=str(gone.cause),
             attempts=attempts.attempts([], gone.settled, None),
+            result=gone.result,
         )
     history = admin_render.error_history(job.inspection.row.get(Field.ERROR_HISTORY, ""))
     settled = await attempts.settled_of(dashboard(request).redis, name, job.inspection.job_id)
@@ -98,7 +100,22 @@ async def job_fragment(request: Request) -> Response:
 
 
 async def job_json(request: Request) -> Response:
-    _, job = await _job(request)
+    """The job's page as JSON; a completed job (its row deleted) while its result is kept:
+    `where` "completed", its `result` and the settled log's `settled` entries."""
+    try:
+        _, job = await _job(request)
+    except reads.GoneJobError as gone:
+        if gone.result is None:
+            raise
+        return JSONResponse(
+            {
+                "job_id": request.path_params["job_id"],
+                "queue": request.path_params["queue"],
+                "where": "completed",
+                "result": gone.result.as_dict(),
+                "settled": gone.settled,
+            }
+        )
     return JSONResponse(job.as_dict())
 
 

@@ -49,6 +49,7 @@ from emq_worker.protocol.lane_verbs import validate_group, validate_priority
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
 from emq_worker.protocol.payload_limits import check_payload_size
 from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.queue_names import ProducerNames
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import NewJob, ScheduleMode
 from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, connect
@@ -146,6 +147,7 @@ class Producer:
         self.minter = SnowflakeMinter(node_id)
         self.url = url
         self._queues: dict[str, Queue] = {}
+        self._names = ProducerNames(client)
 
     @classmethod
     def from_url(
@@ -219,6 +221,7 @@ class Producer:
             self.minter.job_ids(sum(spec.placement.get("job_id") is None for spec in specs))
         )
         jobs = [self._new_job(spec, minted, trace) for spec in specs]
+        await self._names.note(queue)
         chosen = [spec.placement.get("job_id") is not None for spec in specs]
         results: list[Enqueued | None] = [None] * len(jobs)
         todo = list(range(len(jobs)))
@@ -252,6 +255,7 @@ class Producer:
         cannot be written (before anything is), FlowWriteError when a job with one of its ids
         exists, or a later part in another queue failed (the message says what was written)."""
         with self._naming_server(), tracing.send_span(queue, 1) as trace:
+            await self._names.note(queue)
             return await write_flow(self.queue, self.minter.job_id, queue, root, trace)
 
     async def repeat(

@@ -30,20 +30,18 @@ from emq_worker.observe.history_format import (
     TASK_PREFIX,
 )
 from emq_worker.observe.metrics import Counters, Settled
-from emq_worker.protocol.keys import QUEUES_KEY
 from emq_worker.protocol.queue import Queue
+from emq_worker.protocol.queue_names import name_queues
 
 OUTCOMES = {"completed": "completed", "retried": "retried", "dead_lettered": "dead"}
 """Counters.by_task outcomes, and the history field each is counted in."""
 EVENTS = {"claimed": "claims", "reaped": "reaped"}
 """Counters.by_queue events, and the history field each is counted in."""
-QUEUES_KEPT_MS = HOURS_KEPT_MS
 QUEUES_NAMED_EVERY_S = 3_600.0
 """How often a worker says again that it serves its queues: readers list a queue named within a
 day (dashboard/queues.py), so once an hour is plenty, not on every flush."""
 ERROR_KEPT = 300
 """Characters of a failure's error the settled log keeps."""
-"""A queue no worker has named for this long leaves `{emq}:queues`."""
 
 
 def cumulative(counters: Counters, queue: str) -> tuple[Counter[str], Counter[str]]:
@@ -132,14 +130,8 @@ class HistoryRecorder:
     async def name_queues(self, queues: list[Queue]) -> None:
         """Say in `{emq}:queues` that these queues are served (a user whose ACL does not
         grant that key gets NOPERM: the caller stops trying)."""
-        if not queues:
-            return
-        seen_ms = int(time.time() * 1000)
-        async with queues[0].client.pipeline(transaction=False) as pipe:
-            pipe.zadd(QUEUES_KEY, {queue.name: seen_ms for queue in queues})
-            pipe.zremrangebyscore(QUEUES_KEY, "-inf", seen_ms - QUEUES_KEPT_MS)
-            pipe.pexpire(QUEUES_KEY, QUEUES_KEPT_MS)
-            await pipe.execute()
+        if queues:
+            await name_queues(queues[0].client, [queue.name for queue in queues])
 
     async def flush_queue(self, queue: Queue) -> None:
         fields, tasks = cumulative(self.counters, queue.name)

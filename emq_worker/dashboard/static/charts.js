@@ -46,6 +46,8 @@
     return 10 * power;
   }
 
+  const present = (v) => v !== null && v !== undefined;
+
   function draw(el, data) {
     const W = Math.max(320, Math.round(el.clientWidth || 640));
     const series = KINDS[el.dataset.kind] || KINDS.throughput;
@@ -80,6 +82,12 @@
       if (last > 0 && vs[last] !== null && vs[last - 1] !== null) {
         node("path", { d: "M" + at(last - 1, vs[last - 1]) + "L" + at(last, vs[last]), class: "line partial " + s.name }, svg);
       }
+      // A point with no neighbour to draw a line to (a lone minute of runs) would be a bare
+      // moveto, which draws nothing: it gets a dot (hollow for the bucket still filling).
+      vs.forEach((v, i) => {
+        if (!present(v) || present(vs[i - 1]) || present(vs[i + 1])) return;
+        node("circle", { cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: 3, class: "dot " + s.name + (i === last ? " partial" : "") }, svg);
+      });
     });
     points.forEach((p, i) => {
       const hit = node("rect", { x: x(i) - plotW / points.length / 2, y: TOP, width: plotW / points.length, height: plotH, class: "hit" }, svg);

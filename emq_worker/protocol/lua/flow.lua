@@ -16,7 +16,8 @@
 --   children      how many children it has: 0 writes it ready ({state pending, attempts 0,
 --                 payload} and ZADD pending 0, one wake); n > 0 holds it out of every set with
 --                 {state awaiting_children, attempts 0, payload} and job:<id>:dependencies = n
---                 (a STRING), until its children are done (includes/flows.lua)
+--                 (a STRING), until its children are done (includes/flows.lua); its id joins
+--                 p.."flow:held" (a ZSET, score 0: the parents held, in mint order)
 -- A child's row also gets parent, parent_policy and (another queue's parent) parent_queue: the
 -- fields EchoMQ's complete and retry read.
 --
@@ -50,6 +51,7 @@ for i = FIRST, #ARGV, WIDTH do
     redis.call('HSET', row, 'state', 'awaiting_children', 'attempts', '0', 'payload', payload)
     redis.call('DEL', row .. ':processed', row .. ':failed', row .. ':unsuccessful')
     redis.call('SET', row .. ':dependencies', children)
+    redis.call('ZADD', p .. 'flow:held', 0, id)
   else
     redis.call('HSET', row, 'state', 'pending', 'attempts', '0', 'payload', payload)
     redis.call('ZADD', KEYS[1], 0, id)

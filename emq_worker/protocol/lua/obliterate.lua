@@ -43,7 +43,7 @@ end
 -- Ours (suspects, cancel, offers) and EchoMQ's known names, grouped ones included.
 for _, name in ipairs({'suspects', 'cancel', 'offers', 'wake', 'limiter', 'repeat',
     'metrics:completed', 'metrics:failed', 'metrics:completed:data', 'metrics:failed:data',
-    'gactive', 'glimit', 'ring', 'paused', 'flow:outbox'}) do
+    'gactive', 'glimit', 'ring', 'paused', 'flow:outbox', 'flow:held'}) do
   redis.call('DEL', p .. name)
 end
 redis.call('DEL', KEYS[1])

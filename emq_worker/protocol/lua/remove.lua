@@ -81,5 +81,5 @@ end
 redis.call('SREM', KEYS[5], id)
 redis.call('DEL', row, row .. ':lock', row .. ':logs', idem)
 redis.call('HDEL', receipts_key(p, id), receipt_field(id))
-flow_retire(row)
+flow_retire(p, id)
 return 1

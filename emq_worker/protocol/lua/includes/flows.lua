@@ -11,6 +11,9 @@
 -- Every count is guarded by the HSETNX of the child's id, so a count delivered twice (a re-sent
 -- settle, a sweep that died before its ack) moves nothing twice: no parent is released early.
 -- Each function returns how many parents it released to pending (the caller's wake tokens).
+-- `flow:held` (a ZSET, score 0, ours) lists the parents our flow script holds: a parent leaves
+-- it when released, failed or removed (readers check the row: a parent EchoMQ's scripts
+-- released stays a member until it is removed or its queue obliterated).
 
 -- An upward cascade of deaths takes one step per level; EchoMQ caps a tree at 8 levels.
 local FLOW_HOPS = 16
@@ -32,6 +35,7 @@ local function flow_release(p, parent, prow)
   end
   redis.call('HSET', prow, 'state', 'pending')
   redis.call('ZADD', p .. 'pending', 0, parent)
+  redis.call('ZREM', p .. 'flow:held', parent)
   return 1
 end
 
@@ -68,6 +72,7 @@ local function flow_fail_parent(p, parent, prow, child, err)
   local reason = string.sub('child ' .. child .. ' failed: ' .. err, 1, FLOW_ERROR_BYTES)
   redis.call('HSET', prow, 'state', 'dead', 'last_error', reason)
   redis.call('ZADD', p .. 'dead', 0, parent)
+  redis.call('ZREM', p .. 'flow:held', parent)
   redis.call('HINCRBY', p .. 'metrics:failed', 'count', 1)
   return reason
 end
@@ -144,8 +149,11 @@ local function flow_failed(p, row, id, err)
   return flow_dead(p, link[1], id, policy, err)
 end
 
--- flow_retire(row): a job leaves for good: a parent's subkeys go with it (EchoMQ leaves them).
-local function flow_retire(row)
+-- flow_retire(p, id): the job `id` leaves for good: a parent's subkeys go with it (EchoMQ
+-- leaves them), and its member of `flow:held`.
+local function flow_retire(p, id)
+  local row = p .. 'job:' .. id
   redis.call('DEL', row .. ':dependencies', row .. ':processed', row .. ':failed',
     row .. ':unsuccessful')
+  redis.call('ZREM', p .. 'flow:held', id)
 end
