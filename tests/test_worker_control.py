@@ -5,11 +5,8 @@ stopped one hands its leases back and exits 0 within a beat, its jobs run by ano
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import anyio
-import pytest
 from redis.asyncio import Redis
 
 from emq_worker import Producer
@@ -26,12 +23,6 @@ GRACE_MS = 60_000
 """Far longer than the test waits: a stop that waited for the grace period would fail it."""
 HONOURED_S = 10.0
 """A beat, plus slack for a loaded machine (the same bound for every wait on the worker)."""
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[WorkerProcesses]:
-    with WorkerProcesses(tmp_path / "workers") as processes:
-        yield processes
 
 
 def start(workers: WorkerProcesses, name: str, queue: str, url: str) -> WorkerProcess:
@@ -62,8 +53,9 @@ async def ask(redis_url: str, verb: str, worker_id: str) -> str:
 
 
 async def test_a_quiet_worker_finishes_its_job_and_claims_nothing_new(
-    client: Redis, redis_url: str, queue_name: str, workers: WorkerProcesses
+    client: Redis, redis_url: str, queue_name: str, worker_processes: WorkerProcesses
 ) -> None:
+    workers = worker_processes
     producer = Producer(client)
     quiet = start(workers, "quiet", queue_name, redis_url)
     held = (await producer.enqueue(queue_name, "sleep", {"ms": 1_500})).job_id
@@ -89,8 +81,9 @@ async def test_a_quiet_worker_finishes_its_job_and_claims_nothing_new(
 
 
 async def test_a_stopped_worker_hands_its_lease_back_and_exits_0_within_a_beat(
-    client: Redis, redis_url: str, queue_name: str, workers: WorkerProcesses
+    client: Redis, redis_url: str, queue_name: str, worker_processes: WorkerProcesses
 ) -> None:
+    workers = worker_processes
     producer = Producer(client)
     queue = Queue(client, Scripts(), queue_name)
     stopped = start(workers, "stopped", queue_name, redis_url)

@@ -4,19 +4,19 @@ one-line message (post/redirect/get, so a reload does not repeat it)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from emq_worker.admin import dead_letter, verbs
+from emq_worker.admin import dead_letter, verbs, worker_control
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.params import job_param, open_queue
 from emq_worker.dashboard.runtime import dashboard, flash, render
 from emq_worker.dashboard.security import CSRF_FIELD, cross_origin
 from emq_worker.errors import ConfigError
-from emq_worker.protocol import ids
+from emq_worker.protocol import control, ids
 from emq_worker.protocol.names import JobId
 
 Action = Callable[[Request, FormData], Awaitable[Response]]
@@ -106,8 +106,31 @@ async def _cancel(request: Request, form: FormData) -> Response:
     return back(f"/queues/{queue.name}/jobs/{job_id}", message)
 
 
+def _ask_worker(asked: str) -> Action:
+    """Quiet or stop the worker the form names (protocol/control.py); its beat reads it."""
+
+    async def ask(request: Request, form: FormData) -> Response:
+        worker_id = str(form.get("worker", ""))
+
+        async def queues() -> Sequence[str]:
+            return (await dashboard(request).queues.find()).queues
+
+        await worker_control.ask_worker(dashboard(request).redis, worker_id, asked, queues)
+        return back("/workers", f"asked worker {worker_id} to {asked}: {DONE[asked]}")
+
+    return ask
+
+
+DONE = {
+    control.QUIET: "from its next beat it claims nothing new and finishes what it holds",
+    control.STOP: "at its next beat it hands back what it holds and exits",
+}
+
+
 pause = guarded(_pause)
 resume = guarded(_resume)
 retry = guarded(_retry)
 purge = guarded(_purge)
 cancel = guarded(_cancel)
+quiet_worker = guarded(_ask_worker(control.QUIET))
+stop_worker = guarded(_ask_worker(control.STOP))

@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ExceptionHandler
 
-from emq_worker.admin import verbs
+from emq_worker.admin import verbs, worker_control
 from emq_worker.dashboard import actions, api, groups, pages, views
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.runtime import Dashboard, dashboard, render, templates
@@ -92,6 +92,7 @@ ERRORS: dict[type[Exception], int] = {
     JobIdError: 400,
     verbs.UnknownQueueError: 404,
     verbs.UnknownJobError: 404,
+    worker_control.UnknownWorkerError: 404,
     verbs.AdminError: 409,  # held by a worker, not running, ...
     RedisError: 503,
 }
@@ -103,6 +104,8 @@ ROUTES = [
     Route("/login", login_page, methods=["GET"]),
     Route("/login", login, methods=["POST"]),
     Route("/workers", pages.workers_page),
+    Route("/workers/quiet", actions.quiet_worker, methods=["POST"]),
+    Route("/workers/stop", actions.stop_worker, methods=["POST"]),
     Route("/tasks", pages.tasks_page),
     Route("/search", pages.search),
     Route("/fragments/queues", pages.queues_fragment),
