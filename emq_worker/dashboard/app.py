@@ -93,7 +93,7 @@ ERRORS: dict[type[Exception], int] = {
     verbs.UnknownQueueError: 404,
     verbs.UnknownJobError: 404,
     worker_control.UnknownWorkerError: 404,
-    verbs.AdminError: 409,  # held by a worker, not running, ...
+    verbs.AdminError: 409,  # held by a worker, not running, not scheduled, ...
     RedisError: 503,
 }
 
@@ -132,6 +132,8 @@ ROUTES = [
     Route("/queues/{queue}/dead/retry", actions.retry, methods=["POST"]),
     Route("/queues/{queue}/dead/purge", actions.purge, methods=["POST"]),
     Route("/queues/{queue}/jobs/{job_id}/cancel", actions.cancel, methods=["POST"]),
+    Route("/queues/{queue}/jobs/{job_id}/promote", actions.promote, methods=["POST"]),
+    Route("/queues/{queue}/jobs/{job_id}/delete", actions.delete, methods=["POST"]),
     Mount("/static", StaticFiles(directory=STATIC), name="static"),
 ]
 

@@ -77,3 +77,40 @@ async def test_quiet_then_stop_a_worker_process_from_the_workers_page(
     assert await queue.state_of(later) == "pending"  # never claimed by the quiet worker
     assert workers.ledger.find(job_id=later) == []
     assert shot.stat().st_size > 10_000
+
+
+async def test_promote_a_scheduled_job_and_delete_another_each_after_a_confirm(
+    client: Redis, redis_url: str, queue_name: str, tmp_path: Path, repo_root: Path
+) -> None:
+    queue_name = "invoices." + queue_name.split(".", 2)[-1]
+    queue = Queue(client, Scripts(), queue_name)
+    producer = Producer(client)
+    later = (await producer.enqueue(queue_name, "send", {"n": 1}, delay_ms=3_600_000)).job_id
+    doomed = (await producer.enqueue(queue_name, "send", {"n": 2})).job_id
+    async with (
+        serving(dashboard_settings(redis_url)) as base,
+        chromium() as browser,
+        page_on(browser) as page,
+    ):
+        await page.goto(f"{base}/queues/{queue_name}/jobs/{later}")
+        await expect(page.locator("td.where")).to_have_text("scheduled")
+        shot = tmp_path / "scheduled.png"
+        await page.screenshot(path=str(shot), full_page=True)
+        if os.environ.get("EMQ_UPDATE_SCREENSHOT"):
+            shutil.copyfile(shot, repo_root / "docs" / "images" / "dashboard-job-scheduled.png")
+        await page.get_by_role("button", name="Promote now…").click()
+        await expect(page.locator("h1")).to_have_text(f"Promote {later} now?")
+        assert await queue.state_of(later) == "scheduled"  # nothing happens before the yes
+        await page.get_by_role("button", name="Yes, run it now").click()
+        await expect(page.locator("p.flash")).to_contain_text(f"promoted {later}")
+        await expect(page.locator("td.where")).to_have_text("pending")
+        assert await queue.state_of(later) == "pending"
+
+        await page.goto(f"{base}/queues/{queue_name}/jobs/{doomed}")
+        await page.get_by_role("button", name="Delete this job…").click()
+        await expect(page.locator("h1")).to_have_text(f"Delete {doomed} (pending) for good?")
+        assert await queue.state_of(doomed) == "pending"
+        await page.get_by_role("button", name="Yes, delete").click()
+        await expect(page.locator("p.flash")).to_contain_text(f"deleted {doomed}")
+    assert await queue.state_of(doomed) == "absent"
+    assert shot.stat().st_size > 10_000
