@@ -267,6 +267,7 @@ async def remove_job(queue: Queue, job_id: JobId) -> None:
 class NotScheduledError(AdminError):
     def __init__(self, queue: str, job_id: str, where: str) -> None:
         super().__init__(f"job {job_id} in queue {queue!r} is not scheduled ({where})")
+        self.where = where
 
 
 async def promote_job(queue: Queue, job_id: JobId) -> None:

@@ -60,9 +60,11 @@ def chosen_ids(form: FormData) -> list[JobId] | None:
     return named
 
 
-def summary(verb: str, queue: str, result: dead_letter.BulkResult) -> str:
+def summary(
+    verb: str, queue: str, result: dead_letter.BulkResult, kind: str = "dead job(s)"
+) -> str:
     skipped = "".join(f"; skipped {job_id}: {why}" for job_id, why in result.skipped[:5])
-    return f"{verb} {result.done} dead job(s) in queue {queue!r}{skipped}"
+    return f"{verb} {result.done} {kind} in queue {queue!r}{skipped}"
 
 
 async def _pause(request: Request, form: FormData) -> Response:

@@ -17,7 +17,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ExceptionHandler
 
 from emq_worker.admin import verbs, worker_control
-from emq_worker.dashboard import actions, api, groups, pages, views
+from emq_worker.dashboard import actions, api, bulk_actions, groups, pages, views
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.runtime import Dashboard, dashboard, render, templates
 from emq_worker.dashboard.security import (
@@ -132,6 +132,8 @@ ROUTES = [
     Route("/queues/{queue}/dead/retry", actions.retry, methods=["POST"]),
     Route("/queues/{queue}/dead/purge", actions.purge, methods=["POST"]),
     Route("/queues/{queue}/jobs/{job_id}/cancel", actions.cancel, methods=["POST"]),
+    Route("/queues/{queue}/promote", bulk_actions.promote_ticked, methods=["POST"]),
+    Route("/queues/{queue}/delete", bulk_actions.delete_ticked, methods=["POST"]),
     Route("/queues/{queue}/jobs/{job_id}/promote", actions.promote, methods=["POST"]),
     Route("/queues/{queue}/jobs/{job_id}/delete", actions.delete, methods=["POST"]),
     Mount("/static", StaticFiles(directory=STATIC), name="static"),

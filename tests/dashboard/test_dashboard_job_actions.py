@@ -12,7 +12,7 @@ from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
-from tests.dashboard.test_dashboard_http import BASE, browsing, claim, csrf_of, enqueue
+from tests.dashboard.test_dashboard_http import BASE, browsing, claim, csrf_of, enqueue, kill
 
 HOUR_MS = 3_600_000
 
@@ -128,3 +128,75 @@ async def test_promote_and_delete_are_refused_without_actions_csrf_or_origin(
         same = await http.post(path, data={**yes, "csrf": token}, headers={"origin": BASE})
     assert [r.status_code for r in (read_only, forged, foreign)] == [403] * 3
     assert same.status_code == 303  # the same form from our own origin passes
+
+
+# --- ticked jobs on a tab -------------------------------------------------------------------
+
+
+async def test_ticked_jobs_on_the_pending_tab_are_deleted_after_a_confirm_the_held_one_skipped(
+    client: Redis, redis_url: str, queue: Queue
+) -> None:
+    await enqueue(queue)
+    held = await claim(queue)
+    one, two = await enqueue(queue), await enqueue(queue)
+    async with browsing(client, redis_url, allow_actions=True) as http:
+        tab = await http.get(f"/queues/{queue.name}/pending")
+        assert f'name="job_id" value="{one}" form="bulk"' in tab.text
+        ticked = {"tab": "pending", "job_id": [one, two, held.id]}
+        asked = await http.post(
+            f"/queues/{queue.name}/delete", data={**ticked, "csrf": csrf_of(tab.text)}
+        )
+        assert f"Delete 3 job(s) of {queue.name}?" in asked.text
+        assert all(f"<li>{job_id}</li>" in asked.text for job_id in (one, two, held.id))
+        assert (await queue.counts()).pending == 2  # nothing before the yes
+        done = await http.post(
+            f"/queues/{queue.name}/delete",
+            data={**ticked, "confirmed": "yes", "csrf": csrf_of(asked.text)},
+        )
+        assert done.headers["location"] == f"/queues/{queue.name}/pending"
+        after = await http.get(done.headers["location"])
+    assert "deleted 2 job(s)" in after.text
+    assert f"skipped {held.id}: held by a worker" in after.text
+    assert [await queue.state_of(j) for j in (one, two, held.id)] == ["absent", "absent", "active"]
+
+
+async def test_ticked_scheduled_jobs_are_promoted_and_ticked_dead_jobs_retried(
+    client: Redis, redis_url: str, queue: Queue
+) -> None:
+    later = [await scheduled(queue) for _ in range(3)]
+    dead = [await kill(queue) for _ in range(2)]
+    async with browsing(client, redis_url, allow_actions=True) as http:
+        tab = await http.get(f"/queues/{queue.name}/scheduled")
+        assert 'id="promote-ticked"' in tab.text
+        token = csrf_of(tab.text)
+        promoted = await http.post(
+            f"/queues/{queue.name}/promote",
+            data={"tab": "scheduled", "job_id": later[:2], "confirmed": "yes", "csrf": token},
+        )
+        dead_tab = await http.get(f"/queues/{queue.name}/dead")
+        assert f'name="job_id" value="{dead[0]}" form="bulk"' in dead_tab.text
+        retried = await http.post(
+            f"/queues/{queue.name}/dead/retry", data={"job_id": dead, "csrf": token}
+        )
+        nothing = await http.post(f"/queues/{queue.name}/promote", data={"csrf": token})
+    assert (promoted.status_code, retried.status_code) == (303, 303)
+    assert [await queue.state_of(j) for j in later] == ["pending", "pending", "scheduled"]
+    assert [await queue.state_of(j) for j in dead] == ["pending", "pending"]
+    assert nothing.status_code == 400
+    assert "no job ticked" in nothing.text
+
+
+@pytest.mark.parametrize("verb", ["promote", "delete"])
+async def test_ticked_actions_are_refused_without_actions_or_csrf(
+    client: Redis, redis_url: str, queue: Queue, verb: str
+) -> None:
+    job_id = await scheduled(queue)
+    ticked = {"tab": "scheduled", "job_id": job_id, "confirmed": "yes"}
+    async with browsing(client, redis_url) as http:
+        tab = await http.get(f"/queues/{queue.name}/scheduled")
+        read_only = await http.post(f"/queues/{queue.name}/{verb}", data=ticked)
+    async with browsing(client, redis_url, allow_actions=True) as http:
+        forged = await http.post(f"/queues/{queue.name}/{verb}", data={**ticked, "csrf": "0" * 64})
+    assert 'form="bulk"' not in tab.text
+    assert [read_only.status_code, forged.status_code] == [403, 403]
+    assert await queue.state_of(job_id) == "scheduled"
