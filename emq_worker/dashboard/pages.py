@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from emq_worker.admin import verbs
-from emq_worker.dashboard import fleet, history_reads, layout, listing, queues
+from emq_worker.dashboard import fleet, history_reads, layout, listing, payload_filter, queues
 from emq_worker.dashboard.params import (
     choice_param,
     open_queue,
@@ -82,9 +82,17 @@ async def state_page(request: Request) -> Response:
     queue = await open_queue(request)
     stats = await verbs.queue_stats(queue)
     order = choice_param(request, "order", ("oldest", "newest"))
-    found = await listing.list_jobs(
-        queue.client, queue.name, state, page_param(request), newest_first=order == "newest"
-    )
+    wanted = payload_filter.filter_text(request.query_params.get("filter", ""))
+    filtered = None
+    if wanted and state in payload_filter.FILTERABLE:
+        filtered = await payload_filter.filter_jobs(
+            queue, state, wanted, newest_first=order == "newest"
+        )
+        found = filtered.listing
+    else:
+        found = await listing.list_jobs(
+            queue.client, queue.name, state, page_param(request), newest_first=order == "newest"
+        )
     bars = await _bars(queue.client, queue.name, found) if state == "active" else {}
     return render(
         request,
@@ -95,6 +103,9 @@ async def state_page(request: Request) -> Response:
         tab=state,
         order=order,
         leases=bars,
+        filtered=filtered,
+        filterable=state in payload_filter.FILTERABLE,
+        scan_limit=payload_filter.FILTER_SCAN,
     )
 
 

@@ -1,6 +1,7 @@
-"""The write side of the dashboard in a real browser (Debian's headless Chromium): Quiet and
-Stop a real `emq-worker run` process from the workers page. With EMQ_UPDATE_SCREENSHOT=1 the
-test refreshes its screenshot in docs/images (docs/how-to/dashboard.md)."""
+"""The dashboard's actions and tab tools in a real browser (Debian's headless Chromium): Quiet and
+Stop a real `emq-worker run` process from the workers page; promote and delete a job; tick jobs on
+a tab; filter a tab by payload. With EMQ_UPDATE_SCREENSHOT=1 the tests refresh their screenshots
+in docs/images (docs/how-to/dashboard.md)."""
 
 from __future__ import annotations
 
@@ -162,4 +163,28 @@ async def test_ticked_scheduled_jobs_are_promoted_and_tick_all_deletes_a_pending
         await expect(page.locator("p.flash")).to_contain_text("deleted 2 job(s)")
         await expect(page.get_by_text("No pending jobs")).to_be_visible()
     assert [await queue.state_of(j) for j in later] == ["absent", "absent", "scheduled"]
+    assert shot.stat().st_size > 10_000
+
+
+async def test_the_payload_filter_narrows_a_tab_and_says_what_it_looked_at(
+    client: Redis, redis_url: str, queue_name: str, tmp_path: Path, repo_root: Path
+) -> None:
+    queue = Queue(client, Scripts(), shown("billing", queue_name))
+    producer = Producer(client)
+    names = ["ACME Corp", "Globex", "acme ltd", "Initech"]
+    ids = [(await producer.enqueue(queue.name, "invoice", {"customer": n})).job_id for n in names]
+    async with dashboard_page(redis_url) as (base, page):
+        await page.goto(f"{base}/queues/{queue.name}/pending")
+        await expect(page.locator("tr[data-job]")).to_have_count(4)
+        await page.get_by_role("searchbox", name="payload contains").fill("acme")
+        await page.get_by_role("button", name="Filter").click()
+        await expect(page.locator("p.filtered")).to_have_text(
+            "2 of the 4 jobs looked at (of 4 pending) contain “acme”."
+        )
+        await expect(page.locator("tr[data-job]")).to_have_count(2)
+        for job_id in (ids[0], ids[2]):
+            await expect(page.locator(f'tr[data-job="{job_id}"]')).to_be_attached()
+        shot = await keep_shot(page, tmp_path, repo_root, "dashboard-filter.png")
+        await page.get_by_role("link", name="clear").click()
+        await expect(page.locator("tr[data-job]")).to_have_count(4)
     assert shot.stat().st_size > 10_000
