@@ -182,6 +182,7 @@ class Supervisor:
         self.control = asked
         self._next_presence = 0.0  # say so at the next beat
         if asked == control.STOP:
+            self.notifier.stopping("stopping: an operator asked; handing back held jobs")
             self.state.stop.request(hand_back=True)
 
     async def quiet_beat(self) -> bool:
