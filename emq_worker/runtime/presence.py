@@ -185,7 +185,8 @@ class WorkerRegistry:
             else:
                 pipe.delete(worker_entry_key(self.id))
                 pipe.zrem(WORKERS_KEY, self.id)
-            pipe.delete(self.control_key())
+            # An operator's request is left to its PX: this id is never used again, and an ACL
+            # that grants the entry may not grant the control key.
             await pipe.execute()
 
 
