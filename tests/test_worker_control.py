@@ -10,10 +10,12 @@ import anyio
 from redis.asyncio import Redis
 
 from emq_worker import Producer
+from emq_worker.admin import worker_control
+from emq_worker.protocol.keys import QueueKeys, worker_control_key
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
-from emq_worker.runtime.presence import live_workers
+from emq_worker.runtime.presence import Presence, WorkerRegistry, live_workers
 from tests.support.processes import EMQ_WORKER, WorkerProcess, WorkerProcesses
 from tests.support.wait import eventually
 
@@ -112,3 +114,22 @@ async def test_asking_an_unknown_worker_fails_naming_it(redis_url: str) -> None:
     )
     assert done.returncode == 1
     assert "no live worker 'nohost:1:abcd'" in done.stderr.decode()
+
+
+async def test_a_worker_with_entries_per_queue_reads_the_request_where_it_is_written(
+    client: Redis, queue_name: str
+) -> None:
+    """An ACL without the `{emq}:` keys: the worker writes an entry per queue, and the request
+    goes to `emq:{q}:control:<id>` on the first queue it serves, where it reads it."""
+    queues = [queue_name, queue_name + ".b"]
+    registry = WorkerRegistry(client, queues, concurrency=1, beat_ms=BEAT_MS)
+    registry.per_queue = True
+    await registry.beat(Presence(0, 0))
+
+    async def found() -> list[str]:
+        return queues
+
+    key = await worker_control.ask_worker(client, registry.id, "quiet", found)
+    assert key == QueueKeys.of(queue_name).control(registry.id) == registry.control_key()
+    assert await registry.control() == "quiet"
+    assert not await client.exists(worker_control_key(registry.id))
