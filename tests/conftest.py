@@ -16,6 +16,7 @@ from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.valkey.binary import label
 from emq_worker.valkey.connection import connect
+from tests.support.processes import WorkerProcesses
 from tests.support.server import REDIS_SERVER, SERVER_VARIABLE, RedisServer
 
 _counter = itertools.count()
@@ -62,3 +63,10 @@ def queue_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def worker_processes(tmp_path: Path) -> Iterator[WorkerProcesses]:
+    """`emq-worker run` subprocesses sharing one ledger; the ones still alive are killed after."""
+    with WorkerProcesses(tmp_path / "workers") as processes:
+        yield processes

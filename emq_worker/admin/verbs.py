@@ -264,6 +264,23 @@ async def remove_job(queue: Queue, job_id: JobId) -> None:
         raise UnknownJobError(queue.name, job_id)
 
 
+class NotScheduledError(AdminError):
+    def __init__(self, queue: str, job_id: str, where: str) -> None:
+        super().__init__(f"job {job_id} in queue {queue!r} is not scheduled ({where})")
+        self.where = where
+
+
+async def promote_job(queue: Queue, job_id: JobId) -> None:
+    """Make a scheduled job ready now (the promote script, for this one job: its lane and
+    priority as at its due time, with a wake)."""
+    if (await queue.promote(1, only=job_id)).promoted:
+        return
+    where = await queue.state_of(job_id)
+    if where == "absent":
+        raise UnknownJobError(queue.name, job_id)
+    raise NotScheduledError(queue.name, job_id, where)
+
+
 CANCEL_KEEP_MS = 24 * 3600 * 1000
 """How long an unanswered cancel request is kept (a crashed holder's job is cancelled when it
 is claimed again, as long as the request lasts)."""

@@ -8,7 +8,7 @@ from typing import Any
 import click
 from redis.exceptions import RedisError
 
-from emq_worker.cli import admin, control
+from emq_worker.cli import admin, control, worker_control
 from emq_worker.cli.check import run_check
 from emq_worker.cli.dashboard import dashboard as dashboard_command
 from emq_worker.cli.demo.command import demo as demo_command
@@ -164,4 +164,6 @@ main.add_command(lanes_group)
 for _command in admin.COMMANDS:
     main.add_command(_command)
 for _command in control.COMMANDS:
+    main.add_command(_command)
+for _command in worker_control.COMMANDS:
     main.add_command(_command)

@@ -4,19 +4,20 @@ one-line message (post/redirect/get, so a reload does not repeat it)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from emq_worker.admin import dead_letter, verbs
+from emq_worker.admin import dead_letter, verbs, worker_control
+from emq_worker.dashboard.confirm import Ask, ask_first, confirmed
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.params import job_param, open_queue
-from emq_worker.dashboard.runtime import dashboard, flash, render
+from emq_worker.dashboard.runtime import dashboard, flash
 from emq_worker.dashboard.security import CSRF_FIELD, cross_origin
 from emq_worker.errors import ConfigError
-from emq_worker.protocol import ids
+from emq_worker.protocol import control, ids
 from emq_worker.protocol.names import JobId
 
 Action = Callable[[Request, FormData], Awaitable[Response]]
@@ -59,9 +60,11 @@ def chosen_ids(form: FormData) -> list[JobId] | None:
     return named
 
 
-def summary(verb: str, queue: str, result: dead_letter.BulkResult) -> str:
+def summary(
+    verb: str, queue: str, result: dead_letter.BulkResult, kind: str = "dead job(s)"
+) -> str:
     skipped = "".join(f"; skipped {job_id}: {why}" for job_id, why in result.skipped[:5])
-    return f"{verb} {result.done} dead job(s) in queue {queue!r}{skipped}"
+    return f"{verb} {result.done} {kind} in queue {queue!r}{skipped}"
 
 
 async def _pause(request: Request, form: FormData) -> Response:
@@ -91,9 +94,19 @@ async def _retry(request: Request, form: FormData) -> Response:
 async def _purge(request: Request, form: FormData) -> Response:
     queue = await open_queue(request)
     chosen = chosen_ids(form)
-    if form.get("confirmed") != "yes":
+    if not confirmed(form):
         todo = (await queue.counts()).dead if chosen is None else len(chosen)
-        return render(request, "confirm.html", queue=queue.name, chosen=chosen, todo=todo)
+        named = [("all", "1")] if chosen is None else [("job_id", job_id) for job_id in chosen]
+        ask = Ask(
+            f"Purge {todo} dead job(s) from {queue.name} for good?",
+            f"/queues/{queue.name}/dead/purge",
+            "Yes, purge",
+            "confirm-purge",
+            f"/queues/{queue.name}/dead",
+            items=chosen or (),
+            fields=named,
+        )
+        return ask_first(request, ask)
     result = await dead_letter.purge_dead(queue, chosen)
     return back(f"/queues/{queue.name}/dead", summary("purged", queue.name, result))
 
@@ -106,8 +119,64 @@ async def _cancel(request: Request, form: FormData) -> Response:
     return back(f"/queues/{queue.name}/jobs/{job_id}", message)
 
 
+async def _promote(request: Request, form: FormData) -> Response:
+    queue = await open_queue(request)
+    job_id = job_param(request)
+    here = f"/queues/{queue.name}/jobs/{job_id}"
+    if not confirmed(form):
+        ask = Ask(
+            f"Promote {job_id} now?", f"{here}/promote", "Yes, run it now", "confirm-promote", here
+        )
+        return ask_first(request, ask)
+    await verbs.promote_job(queue, job_id)
+    return back(here, f"promoted {job_id}: it is pending now, ahead of its due time")
+
+
+async def _delete(request: Request, form: FormData) -> Response:
+    queue = await open_queue(request)
+    job_id = job_param(request)
+    here = f"/queues/{queue.name}/jobs/{job_id}"
+    if not confirmed(form):
+        where = await queue.state_of(job_id)
+        ask = Ask(
+            f"Delete {job_id} ({where}) for good?",
+            f"{here}/delete",
+            "Yes, delete",
+            "confirm-delete",
+            here,
+        )
+        return ask_first(request, ask)
+    await verbs.remove_job(queue, job_id)  # refused while a worker holds it: cancel it first
+    return back(f"/queues/{queue.name}", f"deleted {job_id} from queue {queue.name!r}")
+
+
+def _ask_worker(asked: str) -> Action:
+    """Quiet or stop the worker the form names (protocol/control.py); its beat reads it."""
+
+    async def ask(request: Request, form: FormData) -> Response:
+        worker_id = str(form.get("worker", ""))
+
+        async def queues() -> Sequence[str]:
+            return (await dashboard(request).queues.find()).queues
+
+        await worker_control.ask_worker(dashboard(request).redis, worker_id, asked, queues)
+        return back("/workers", f"asked worker {worker_id} to {asked}: {DONE[asked]}")
+
+    return ask
+
+
+DONE = {
+    control.QUIET: "from its next beat it claims nothing new and finishes what it holds",
+    control.STOP: "at its next beat it hands back what it holds and exits",
+}
+
+
 pause = guarded(_pause)
 resume = guarded(_resume)
 retry = guarded(_retry)
 purge = guarded(_purge)
 cancel = guarded(_cancel)
+promote = guarded(_promote)
+delete = guarded(_delete)
+quiet_worker = guarded(_ask_worker(control.QUIET))
+stop_worker = guarded(_ask_worker(control.STOP))

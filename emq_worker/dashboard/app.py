@@ -16,8 +16,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ExceptionHandler
 
-from emq_worker.admin import verbs
-from emq_worker.dashboard import actions, api, groups, pages, views
+from emq_worker.admin import verbs, worker_control
+from emq_worker.dashboard import actions, api, bulk_actions, groups, pages, views
 from emq_worker.dashboard.forms import read_form
 from emq_worker.dashboard.runtime import Dashboard, dashboard, render, templates
 from emq_worker.dashboard.security import (
@@ -92,7 +92,8 @@ ERRORS: dict[type[Exception], int] = {
     JobIdError: 400,
     verbs.UnknownQueueError: 404,
     verbs.UnknownJobError: 404,
-    verbs.AdminError: 409,  # held by a worker, not running, ...
+    worker_control.UnknownWorkerError: 404,
+    verbs.AdminError: 409,  # held by a worker, not running, not scheduled, ...
     RedisError: 503,
 }
 
@@ -103,6 +104,8 @@ ROUTES = [
     Route("/login", login_page, methods=["GET"]),
     Route("/login", login, methods=["POST"]),
     Route("/workers", pages.workers_page),
+    Route("/workers/quiet", actions.quiet_worker, methods=["POST"]),
+    Route("/workers/stop", actions.stop_worker, methods=["POST"]),
     Route("/tasks", pages.tasks_page),
     Route("/search", pages.search),
     Route("/fragments/queues", pages.queues_fragment),
@@ -129,6 +132,10 @@ ROUTES = [
     Route("/queues/{queue}/dead/retry", actions.retry, methods=["POST"]),
     Route("/queues/{queue}/dead/purge", actions.purge, methods=["POST"]),
     Route("/queues/{queue}/jobs/{job_id}/cancel", actions.cancel, methods=["POST"]),
+    Route("/queues/{queue}/promote", bulk_actions.promote_ticked, methods=["POST"]),
+    Route("/queues/{queue}/delete", bulk_actions.delete_ticked, methods=["POST"]),
+    Route("/queues/{queue}/jobs/{job_id}/promote", actions.promote, methods=["POST"]),
+    Route("/queues/{queue}/jobs/{job_id}/delete", actions.delete, methods=["POST"]),
     Mount("/static", StaticFiles(directory=STATIC), name="static"),
 ]
 

@@ -11,7 +11,16 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from emq_worker.admin import verbs
-from emq_worker.dashboard import fleet, history_reads, job_search, layout, listing, queues, tabs
+from emq_worker.dashboard import (
+    fleet,
+    history_reads,
+    job_search,
+    layout,
+    listing,
+    payload_filter,
+    queues,
+    tabs,
+)
 from emq_worker.dashboard.params import (
     choice_param,
     open_queue,
@@ -83,9 +92,17 @@ async def state_page(request: Request) -> Response:
     queue = await open_queue(request)
     stats = await verbs.queue_stats(queue)
     order = choice_param(request, "order", ("oldest", "newest"))
-    found = await tabs.list_tab(
-        request, queue, state, page_param(request), newest_first=order == "newest"
-    )
+    wanted = payload_filter.filter_text(request.query_params.get("filter", ""))
+    filtered = None
+    if wanted and state in payload_filter.FILTERABLE:
+        filtered = await payload_filter.filter_jobs(
+            queue, state, wanted, newest_first=order == "newest"
+        )
+        found = filtered.listing
+    else:
+        found = await tabs.list_tab(
+            request, queue, state, page_param(request), newest_first=order == "newest"
+        )
     bars = await _bars(queue.client, queue.name, found) if state == "active" else {}
     return render(
         request,
@@ -97,6 +114,9 @@ async def state_page(request: Request) -> Response:
         order=order,
         leases=bars,
         scanned=request.query_params.get("scan") == "1",
+        filtered=filtered,
+        filterable=state in payload_filter.FILTERABLE,
+        scan_limit=payload_filter.FILTER_SCAN,
     )
 
 

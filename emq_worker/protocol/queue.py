@@ -241,9 +241,11 @@ class Queue:
         )
         return reap_result(reply)
 
-    async def promote(self, batch: int) -> PromoteResult:
+    async def promote(self, batch: int, only: JobId | None = None) -> PromoteResult:
+        """Move due scheduled jobs to pending; with `only`, that job now whatever its due time
+        (promoted 0 when it is not scheduled)."""
         k = self.keys
-        reply = await self.run("promote", [k.prefix, batch])
+        reply = await self.run("promote", [k.prefix, batch, only or ""])
         return promote_result(reply)
 
     async def remove(

@@ -69,6 +69,7 @@ VERBS: Final = (
     "lane_resume",
     "lane_limit",
     "lanes",
+    "payload_filter",
 )
 """Every verb with a script, `lua/<verb>.lua`; each is built and loaded at start-up."""
 

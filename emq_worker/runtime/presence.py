@@ -31,7 +31,12 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import NoPermissionError
 
-from emq_worker.protocol.keys import WORKERS_KEY, QueueKeys, worker_entry_key
+from emq_worker.protocol.keys import (
+    WORKERS_KEY,
+    QueueKeys,
+    worker_control_key,
+    worker_entry_key,
+)
 from emq_worker.runtime.lease import Lease
 from emq_worker.runtime.presence_read import HELD_ON
 from emq_worker.runtime.presence_read import Entry as Entry
@@ -75,6 +80,8 @@ class Presence:
     """The leases held per queue."""
     now: float = 0.0
     """The monotonic time the leases' `claimed_at` is compared with."""
+    control: str = ""
+    """What an operator asked of this worker and it honours (`quiet`, `stop`); "" for nothing."""
 
 
 class WorkerRegistry:
@@ -119,6 +126,7 @@ class WorkerRegistry:
             "completed": presence.completed,
             "started": round(self.started, 3),
             "beat": round(beat, 3),
+            **({"control": presence.control} if presence.control else {}),
         }
 
     async def beat(self, presence: Presence) -> None:
@@ -162,6 +170,15 @@ class WorkerRegistry:
         pipe.zremrangebyscore(index, "-inf", beat_ms - INDEX_PRUNE_TTLS * self.ttl_ms)
         pipe.pexpire(index, INDEX_PRUNE_TTLS * self.ttl_ms)
 
+    def control_key(self) -> str:
+        """Where an operator's request to this worker is written (worker_control.py)."""
+        return self.keys[0].control(self.id) if self.per_queue else worker_control_key(self.id)
+
+    async def control(self) -> str:
+        """What an operator asks of this worker ("" for nothing): one GET."""
+        value = await self.client.get(self.control_key())
+        return value.decode() if isinstance(value, bytes) else (value or "")
+
     async def leave(self) -> None:
         async with self.client.pipeline(transaction=False) as pipe:
             if self.per_queue:
@@ -171,6 +188,8 @@ class WorkerRegistry:
             else:
                 pipe.delete(worker_entry_key(self.id))
                 pipe.zrem(WORKERS_KEY, self.id)
+            # An operator's request is left to its PX: this id is never used again, and an ACL
+            # that grants the entry may not grant the control key.
             await pipe.execute()
 
 

@@ -26,12 +26,16 @@ class StopSignal:
 
     def __init__(self) -> None:
         self.requested = False
+        self.hand_back = False
+        """Hand held jobs back at once instead of giving them the grace period (an operator's
+        `stop`: their jobs run elsewhere now)."""
         self._callbacks: list[Callable[[], None]] = []
 
-    def request(self) -> None:
+    def request(self, *, hand_back: bool = False) -> None:
         if self.requested:
             return
         self.requested = True
+        self.hand_back = hand_back
         for callback in self._callbacks:
             callback()
 

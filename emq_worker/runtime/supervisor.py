@@ -21,10 +21,11 @@ from dataclasses import dataclass
 
 import anyio
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import NoPermissionError, RedisError
 
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
+from emq_worker.protocol import control
 from emq_worker.runtime.drain import BeatGuides, Drainer
 from emq_worker.runtime.history_flush import HistoryRecorder
 from emq_worker.runtime.jobgroup import JobGroup
@@ -76,6 +77,9 @@ class Supervisor:
         self.drainer = parts.drainer
         self.history = parts.history
         self._name_queues = True
+        self._read_control = True
+        self.control = ""
+        """What an operator asked of this worker and it honours (protocol/control.py)."""
         self.state.stop.on_request(self._end_park)
 
     def _end_park(self) -> None:
@@ -133,6 +137,9 @@ class Supervisor:
             self.status.report(now, len(self.state.book), self.state.counters.completed)
             if now >= self._next_presence:
                 await self.announce()
+            await self.heed_operator()
+        if self.control:
+            return await self.quiet_beat()
         if self.state.settings.burst:
             self.agenda.eager(now)  # a burst worker sees every queue for itself, every pass
         released = self.upkeep.released_parents
@@ -151,6 +158,40 @@ class Supervisor:
         if not drained.more and not (idle and self.state.settings.burst):
             await self.park(jobs)
         return idle
+
+    async def heed_operator(self) -> None:
+        """Read what an operator asks of this worker (one GET per beat) and honour it: `quiet`
+        claims nothing new from now on; `stop` also hands back what it holds and ends the run."""
+        if self.registry is None or not self._read_control:
+            return
+        try:
+            asked = await self.registry.control()
+        except NoPermissionError as exc:  # an ACL without the key: nobody can ask this worker
+            self._read_control = False
+            self.log.warning("control_unreadable", error=describe(exc))
+            return
+        except RedisError as exc:
+            if not queue_scoped(exc):
+                raise
+            self.log.warning("control_failed", error=describe(exc))
+            return
+        if asked not in control.ASKS or asked == self.control:
+            return
+        self.log.info("operator_asked", control=asked, held=len(self.state.book))
+        if not self.control:
+            await self._withdraw_offers()  # no job may be handed to a quiet worker
+        self.control = asked
+        self._next_presence = 0.0  # say so at the next beat
+        if asked == control.STOP:
+            self.notifier.stopping("stopping: an operator asked; handing back held jobs")
+            self.state.stop.request(hand_back=True)
+
+    async def quiet_beat(self) -> bool:
+        """A quiet worker's pass: no upkeep, no claim, no park on the wake keys (a token it
+        popped would be lost to the workers that claim); it sleeps until its next beat while
+        its jobs finish. True (idle) once it holds nothing."""
+        await self._sleep_unless_stopped(self._next_beat - self.state.clock.monotonic())
+        return len(self.state.book) == 0
 
     async def tend(self, *, force: bool = False) -> None:
         """Every queue's upkeep that is due (all of it with `force` or in burst mode). Reaps run
@@ -192,6 +233,7 @@ class Supervisor:
             book.running,
             dict(book.queues()),
             self.state.clock.monotonic(),
+            self.control,
         )
         try:
             await self.registry.beat(presence)
@@ -279,6 +321,8 @@ class Supervisor:
             self.agenda.woken(self._by_wake[popped[0]])
 
     async def _sleep_unless_stopped(self, seconds: float) -> None:
+        if seconds <= 0 or self.state.stop.requested:
+            return
         with anyio.CancelScope() as scope:
             self._park_scope = scope
             try:

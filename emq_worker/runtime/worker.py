@@ -167,9 +167,10 @@ class Worker:
             self._started()
             async with JobGroup() as jobs:
                 await parts.supervisor.run(jobs)
+                grace_ms = 0 if self.stop.hand_back else settings.grace_ms
                 if len(book):
-                    self.log.info("draining", held=len(book), grace_ms=settings.grace_ms)
-                with anyio.move_on_after(settings.grace_ms / 1000):
+                    self.log.info("draining", held=len(book), grace_ms=grace_ms)
+                with anyio.move_on_after(grace_ms / 1000):
                     await book.wait_empty()
                 jobs.cancel()
             with anyio.move_on_after(settings.settle_timeout_ms / 1000):

@@ -156,6 +156,8 @@ async def test_every_page_renders_in_under_300_ms_with_100k_pending_and_10k_dead
         f"/api/history?range=14d&queue={q}",
         f"/queues/{q}/pending",
         f"/queues/{q}/pending?page={last_pending}&order=newest",
+        f"/queues/{q}/pending?filter=a-1",  # the payload filter: 2 000 looked at, all match
+        f"/queues/{q}/pending?filter=nowhere&order=newest",  # 2 000 looked at, none match
         f"/queues/{q}/scheduled",
         f"/queues/{q}/active",
         f"/queues/{q}/dead",

@@ -27,4 +27,11 @@
     window.setTimeout(tick, every);
   }
   document.querySelectorAll("[data-poll]").forEach(poll);
+  // A tab's "tick all": ticks or clears every job box of the form it names (bulk actions).
+  document.querySelectorAll("input[data-tick-all]").forEach(function (all) {
+    all.addEventListener("change", function () {
+      const boxes = document.querySelectorAll('input[name="job_id"][form="' + all.dataset.tickAll + '"]');
+      boxes.forEach(function (box) { box.checked = all.checked; });
+    });
+  });
 })();

@@ -5,6 +5,8 @@
 -- KEYS[3] = emq:{q}:wake
 -- ARGV[1] = p, the queue prefix "emq:{q}:"
 -- ARGV[2] = batch: the most jobs to promote in this call
+-- ARGV[3] = a job id to promote now whatever its due time (an operator's "promote"), or absent
+--           or "" for every due job; a job not in the schedule is left alone (promoted 0)
 --
 -- Reply: {promoted, phantoms, next_due_in_ms, more, outbox}
 --   next_due_in_ms = ms from now until the earliest job still scheduled (-1 when none), so the
@@ -20,9 +22,14 @@
 --- @include fence
 --- @include strays
 --- @include lanes
-local p, batch = ARGV[1], tonumber(ARGV[2])
+local p, batch, only = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
 local now = now_ms()
-local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
+local found = {}
+if only == '' then
+  found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
+elseif redis.call('ZSCORE', KEYS[1], only) then
+  found = {only}
+end
 local due = in_state(p, KEYS[1], found, 'scheduled') -- strays are dropped, uncounted
 local promoted, phantoms = 0, 0
 for _, id in ipairs(due) do
@@ -45,7 +52,7 @@ if #head > 0 then
   next_due = math.max(0, tonumber(head[2]) - now)
 end
 local more = 0
-if #found == batch then
+if only == '' and #found == batch then
   more = 1
 end
 return {promoted, phantoms, next_due, more, redis.call('LLEN', p .. 'flow:outbox')}
