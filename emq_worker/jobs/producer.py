@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Unpack
 
+import anyio
 import anyio.from_thread
 from redis.asyncio import Redis
 
@@ -41,6 +42,7 @@ from emq_worker.jobs.options import (
     one_policy,
     split_options,
 )
+from emq_worker.jobs.partition_route import PartitionRouter
 from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
 from emq_worker.jobs.results import wait_result
@@ -146,6 +148,7 @@ class Producer:
         self.minter = SnowflakeMinter(node_id)
         self.url = url
         self._queues: dict[str, Queue] = {}
+        self.router = PartitionRouter(client)
 
     @classmethod
     def from_url(
@@ -193,7 +196,8 @@ class Producer:
         `max_attempts`, `backoff`, `timeout_ms` and `result_ttl_ms` override the task's own
         for this job (`result_ttl_ms=0` stores no result).
         `group`: the fair lane it waits in (docs/guide/lanes.md); `priority`: lower is claimed
-        first (docs/guide/priorities.md).
+        first (docs/guide/priorities.md). `key`: on a partitioned queue, the jobs of one key go
+        to one partition (docs/how-to/partitions.md).
         """
         check_names(options, ENQUEUE_NAMES, "enqueue")
         spec = JobSpec(task, kwargs, **options)
@@ -208,11 +212,37 @@ class Producer:
         return (await self.enqueue_many(queue, [spec]))[0]
 
     async def enqueue_many(self, queue: str, specs: Sequence[JobSpec]) -> list[Enqueued]:
-        """Enqueue all of `specs` in one script call (one round trip), all or none."""
+        """Enqueue all of `specs` in one script call (one round trip), all or none; on a
+        partitioned queue, one call per partition (each all or none, sent at once)."""
         with self._naming_server(), tracing.send_span(queue, len(specs)) as trace:
             return await self._enqueue_many(queue, specs, trace)
 
     async def _enqueue_many(
+        self, queue: str, specs: Sequence[JobSpec], trace: Mapping[str, str] | None
+    ) -> list[Enqueued]:
+        """On a partitioned queue, one call per partition the jobs go to, all at once."""
+        plan = await self.router.plan(queue)
+        if plan is None:
+            return await self._enqueue_on(queue, specs, trace)
+        parts: dict[str, list[int]] = {}
+        for index, spec in enumerate(specs):
+            parts.setdefault(self.router.partition(plan, spec.placement), []).append(index)
+        results: list[Enqueued | None] = [None] * len(specs)
+
+        async def send(partition: str, indexes: list[int]) -> None:
+            done = await self._enqueue_on(partition, [specs[i] for i in indexes], trace)
+            for index, enqueued in zip(indexes, done, strict=True):
+                results[index] = enqueued
+
+        try:
+            async with anyio.create_task_group() as group:
+                for partition, indexes in parts.items():
+                    group.start_soon(send, partition, indexes)
+        except BaseExceptionGroup as failed:  # the caller sees the error, as on a plain queue
+            raise failed.exceptions[0] from None
+        return [result for result in results if result is not None]
+
+    async def _enqueue_on(
         self, queue: str, specs: Sequence[JobSpec], trace: Mapping[str, str] | None
     ) -> list[Enqueued]:
         minted = iter(
@@ -285,6 +315,9 @@ class Producer:
             payload = spec.payload
         check_payload_size(payload)
         place = spec.placement
+        key = place.get("key")
+        if key is not None and not isinstance(key, str):
+            raise ConfigError(f"key must be a string; got {key!r}")
         delay_ms, run_at = place.get("delay_ms"), place.get("run_at")
         mode, ms = NOW if delay_ms is None and run_at is None else _when(delay_ms, run_at)
         chosen_id = place.get("job_id")

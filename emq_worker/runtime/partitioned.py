@@ -1,0 +1,135 @@
+"""A worker given logical queue names: it serves every partition of each partitioned one.
+
+At start each name given is looked up in the partition registry (protocol/partitions.py): a plain
+queue is served as it is; a partitioned one by its current partitions, the partitions of every
+generation not yet retired, and the logical name itself. While it runs, the registry is read again
+every WATCH_S (one SMISMEMBER, plus one HGETALL per partitioned queue); when what is to be served
+has changed (N was set, a generation retired), the inner Worker is stopped gracefully (running jobs
+finish within the grace period, the rest are handed back) and a new one serves the new set. The
+same look retires each superseded generation once it is drained (any worker may; it is one HDEL).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import anyio
+from redis.asyncio import Redis
+from redis.exceptions import NoPermissionError
+
+from emq_worker.jobs.tasks import App
+from emq_worker.observe.log import get_logger
+from emq_worker.observe.sdnotify import Notifier
+from emq_worker.protocol.partitions import RETIRE_AFTER_MS, read_plans, retire_drained
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.runtime.worker import Worker
+from emq_worker.valkey.connection import connect
+from emq_worker.valkey.failures import RETRYABLE, describe, fatal
+
+WATCH_S = 2.0
+
+
+class PartitionedWorker:
+    """Runs Workers over the partitions of the queues named in `settings.queues`, one after
+    another as the registry changes; the same stop verbs as a Worker."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        app: App,
+        *,
+        client: Redis | None = None,
+        notifier: Notifier | None = None,
+        watch_s: float = WATCH_S,
+        retire_after_ms: int = RETIRE_AFTER_MS,
+    ) -> None:
+        self.settings = settings
+        self.app = app
+        self.ready = anyio.Event()
+        """Set once the first inner Worker is ready."""
+        self.worker: Worker | None = None
+        """The Worker serving now."""
+        self.served: tuple[str, ...] = ()
+        self.restarts = 0
+        self._client = client
+        self._notifier = notifier
+        self._watch_s = watch_s
+        self._retire_after_ms = retire_after_ms
+        self._stop = False
+        self._refused = False
+        self.log = get_logger()
+
+    def request_stop(self) -> None:
+        self._stop = True
+        if self.worker is not None:
+            self.worker.request_stop()
+
+    def force_stop(self) -> None:
+        self._stop = True
+        if self.worker is not None:
+            self.worker.force_stop()
+
+    async def run(self) -> None:
+        settings = self.settings
+        client = self._client or connect(
+            settings.redis_url,
+            settings.wire_version,
+            socket_timeout_s=settings.socket_timeout_ms / 1000,
+        )
+        try:
+            self.served = await self._resolve(client, retry=False)
+            while not self._stop:
+                await self._serve_once(client)
+        finally:
+            if self._client is None:
+                await client.aclose()
+
+    async def _serve_once(self, client: Redis) -> None:
+        settings = dataclasses.replace(self.settings, queues=self.served)
+        worker = Worker(settings, self.app, client=self._client, notifier=self._notifier)
+        self.worker = worker
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._watch, client, worker)
+            await worker.run()
+            group.cancel_scope.cancel()
+
+    async def _watch(self, client: Redis, worker: Worker) -> None:
+        await worker.ready.wait()
+        self.ready.set()
+        while True:
+            await anyio.sleep(self._watch_s)
+            served = await self._resolve(client, retry=True)
+            if served != self.served:
+                self.log.info("partitions_changed", was=list(self.served), serving=list(served))
+                self.served = served
+                self.restarts += 1
+                worker.request_stop()
+                return
+
+    async def _resolve(self, client: Redis, *, retry: bool) -> tuple[str, ...]:
+        """What to serve for the names given; on a failed read, what is served now (`retry`)."""
+        names: Sequence[str] = self.settings.queues
+        if self._refused:
+            return tuple(names)
+        try:
+            plans = await read_plans(client, names)
+            for plan in plans.values():
+                retired = await retire_drained(client, plan, self._retire_after_ms)
+                if retired:
+                    self.log.info("partitions_retired", queue=plan.queue, generations=retired)
+                    plans = await read_plans(client, names)
+        except NoPermissionError:
+            self._refused = True  # an ACL without the {emq} keys: the names are plain queues
+            self.log.warning("partitions_not_readable", queues=list(names))
+            return tuple(names)
+        except RETRYABLE as exc:
+            if fatal(exc) or not retry:
+                raise
+            self.log.warning("partitions_read_failed", error=describe(exc))
+            return self.served
+        served: list[str] = []
+        for name in names:
+            found = plans.get(name)
+            served += found.served() if found is not None else [name]
+        return tuple(dict.fromkeys(served))

@@ -1,0 +1,119 @@
+"""Partitioned queues on one server: the naming rule, where producers send jobs, and workers given
+the logical name serving every partition, across a change of N, with nothing lost or stranded."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from emq_worker import App, JobContext, JobSpec, Producer
+from emq_worker.protocol.keys import QueueKeys, hash_slot, validate_queue_name
+from emq_worker.protocol.partition_names import partition_name, partition_names, slot_range
+from emq_worker.protocol.partitions import holds_work, set_partitions
+from emq_worker.runtime.partitioned import PartitionedWorker
+from tests.support.running import worker_settings
+from tests.support.wait import eventually
+
+
+@pytest.mark.parametrize("n", [2, 3, 6, 16, 256])
+def test_partition_i_of_n_lands_in_the_ith_of_n_equal_slot_ranges(n: int) -> None:
+    names = partition_names("orders", n)
+    assert len(set(names)) == n
+    for index, name in enumerate(names):
+        assert validate_queue_name(name) == name
+        assert hash_slot(QueueKeys.of(name).pending) in slot_range(index, n)
+    assert names == [partition_name("orders", i, n) for i in range(n)]  # deterministic
+
+
+def test_one_partition_is_the_queue_itself() -> None:
+    assert partition_names("orders", 1) == ["orders"]
+
+
+async def where(client: Redis, names: list[str]) -> dict[str, str]:
+    """job id -> the partition whose pending set holds it."""
+    found = {}
+    for name in names:
+        for member in await client.zrange(QueueKeys.of(name).pending, 0, -1):
+            found[member.decode()] = name
+    return found
+
+
+async def test_jobs_of_one_key_land_on_one_partition_and_unkeyed_jobs_spread(
+    client: Redis, queue_name: str
+) -> None:
+    await set_partitions(client, queue_name, 4)
+    producer = Producer(client)
+    keys = [f"customer-{i}" for i in range(12)]
+    specs = [JobSpec("noop", key=key) for key in keys for _ in range(5)]
+    batch = await producer.enqueue_many(queue_name, specs)
+    one_by_one = [await producer.enqueue(queue_name, "noop", key=key) for key in keys]
+    unkeyed = [await producer.enqueue(queue_name, "noop") for _ in range(8)]
+
+    found = await where(client, partition_names(queue_name, 4))
+    assert len(found) == len(specs) + len(keys) + 8  # every job is in one of the partitions
+    by_key: dict[str, set[str]] = {}
+    for spec, enqueued in zip(specs, batch, strict=True):
+        by_key.setdefault(str(spec.placement["key"]), set()).add(found[enqueued.job_id])
+    for key, enqueued in zip(keys, one_by_one, strict=True):
+        by_key[key].add(found[enqueued.job_id])
+    assert all(len(partitions) == 1 for partitions in by_key.values()), by_key
+    assert len({next(iter(p)) for p in by_key.values()}) > 1  # 12 keys do not all share one
+    spread = Counter(found[enqueued.job_id] for enqueued in unkeyed)
+    assert sorted(spread.values()) == [2, 2, 2, 2]  # round-robin
+
+
+async def test_a_dedup_id_holds_across_the_logical_queue(client: Redis, queue_name: str) -> None:
+    await set_partitions(client, queue_name, 5)
+    producer = Producer(client)
+    first = await producer.enqueue(queue_name, "noop", dedup_id="order-17")
+    again = [await producer.enqueue(queue_name, "noop", dedup_id="order-17") for _ in range(5)]
+    assert not first.duplicate
+    assert all(e.duplicate and e.job_id == first.job_id for e in again)
+
+
+async def test_growing_3_to_6_mid_drain_loses_and_strands_nothing(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    await set_partitions(client, queue_name, 3)
+    app = App()
+    ran: Counter[str] = Counter()
+    ran_on: set[str] = set()
+
+    @app.task
+    async def work(ctx: JobContext) -> None:
+        ran[ctx.job_id] += 1
+        ran_on.add(ctx.queue)
+        await anyio.sleep(0.002)
+
+    producer = Producer(client)
+    before = await producer.enqueue_many(queue_name, [JobSpec("work") for _ in range(300)])
+    settings = worker_settings(queue_name, redis_url, concurrency=4)
+    worker = PartitionedWorker(settings, app, watch_s=0.1, retire_after_ms=300)
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.run)
+        with anyio.fail_after(10):
+            await worker.ready.wait()
+        await eventually(lambda: _now(len(ran) >= 30), what="the drain to begin")
+        assert len(ran) < 300  # mid-drain
+        await set_partitions(client, queue_name, 6)
+        # a producer that reads the registry after the change (a running one does within 1 s)
+        fresh = Producer(client)
+        after = await fresh.enqueue_many(queue_name, [JobSpec("work") for _ in range(300)])
+        ids = {e.job_id for e in [*before, *after]}
+        await eventually(lambda: _now(set(ran) == ids), timeout=60, what="every job to run")
+        retired = [*partition_names(queue_name, 6), queue_name]
+        await eventually(lambda: _now(worker.served == tuple(retired)), what="3 to retire")
+        worker.request_stop()
+    assert max(ran.values()) == 1  # every job once
+    old = partition_names(queue_name, 3)
+    new = partition_names(queue_name, 6)
+    assert not any([await holds_work(client, name) for name in [*old, *new]])
+    assert ran_on == {*old, *new}  # the 300 enqueued after the change spread over the 6
+
+
+async def _now(value: bool) -> bool:
+    await anyio.lowlevel.checkpoint()
+    return value
