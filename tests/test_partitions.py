@@ -13,6 +13,7 @@ from emq_worker import App, JobContext, JobSpec, Producer
 from emq_worker.protocol.keys import QueueKeys, hash_slot, validate_queue_name
 from emq_worker.protocol.partition_names import partition_name, partition_names, slot_range
 from emq_worker.protocol.partitions import holds_work, set_partitions
+from emq_worker.protocol.replies import text
 from emq_worker.runtime.partitioned import PartitionedWorker
 from tests.support.running import worker_settings
 from tests.support.wait import eventually
@@ -37,7 +38,7 @@ async def where(client: Redis, names: list[str]) -> dict[str, str]:
     found = {}
     for name in names:
         for member in await client.zrange(QueueKeys.of(name).pending, 0, -1):
-            found[member.decode()] = name
+            found[text(member)] = name
     return found
 
 
