@@ -29,6 +29,12 @@ def test_partition_i_of_n_lands_in_the_ith_of_n_equal_slot_ranges(n: int) -> Non
     assert names == [partition_name("orders", i, n) for i in range(n)]  # deterministic
 
 
+def test_the_vectors_in_the_protocol_page() -> None:
+    names = partition_names("orders", 3)
+    assert names == ["orders.p0of3-0", "orders.p1of3-1", "orders.p2of3-3"]
+    assert [hash_slot(f"{{{name}}}") for name in names] == [3632, 7089, 13587]
+
+
 def test_one_partition_is_the_queue_itself() -> None:
     assert partition_names("orders", 1) == ["orders"]
 

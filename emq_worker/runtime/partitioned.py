@@ -79,20 +79,24 @@ class PartitionedWorker:
         )
         try:
             self.served = await self._resolve(client, retry=False)
-            while not self._stop:
-                await self._serve_once(client)
+            # Again only when the watch stopped it to re-form (a burst run ends on its own).
+            while not self._stop and await self._serve_once(client):
+                pass
         finally:
             if self._client is None:
                 await client.aclose()
 
-    async def _serve_once(self, client: Redis) -> None:
+    async def _serve_once(self, client: Redis) -> bool:
+        """Serve `self.served` until stopped; whether the watch stopped it to re-form."""
         settings = dataclasses.replace(self.settings, queues=self.served)
         worker = Worker(settings, self.app, client=self._client, notifier=self._notifier)
         self.worker = worker
+        served = self.served
         async with anyio.create_task_group() as group:
             group.start_soon(self._watch, client, worker)
             await worker.run()
             group.cancel_scope.cancel()
+        return self.served != served
 
     async def _watch(self, client: Redis, worker: Worker) -> None:
         await worker.ready.wait()
