@@ -22,6 +22,7 @@ from emq_worker.valkey.connection import connect
 from tests.cluster.fleet import all_done, completions, fleet_dir, start_fleet, stop_fleet
 from tests.cluster.test_cluster_failover import replicated_everything
 from tests.support.cluster import ClusterOfServers
+from tests.support.commands import OBSERVER_COMMANDS
 from tests.support.processes import WorkerProcess, WorkerProcesses
 from tests.support.wait import eventually
 
@@ -40,6 +41,20 @@ def cpu_s(cluster: ClusterOfServers) -> dict[int, float]:
             info = direct.info("cpu")
         spent[port] = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
     return spent
+
+
+def calls(cluster: ClusterOfServers) -> int:
+    """Commands the primaries ran so far (those inside scripts included), the counting left out."""
+    total = 0
+    for port in cluster.primary_ports():
+        with cluster.node(port).client() as direct:
+            stats = direct.info("commandstats")
+        total += sum(
+            int(fields["calls"])
+            for name, fields in stats.items()
+            if name.removeprefix("cmdstat_") not in OBSERVER_COMMANDS
+        )
+    return total
 
 
 async def enqueue(client: Redis, queue: str, count: int, ms: int = 0) -> list[JobId]:
@@ -69,10 +84,10 @@ async def drain_shares(
         await set_partitions(client, queue, partitions)
         with WorkerProcesses(fleet_dir(tmp_path / queue)) as fleet:
             workers = await started(fleet, queue, cluster.url)
-            before = cpu_s(cluster)
+            before, called = cpu_s(cluster), calls(cluster)
             ids = await enqueue(client, queue, JOBS)
             await all_done(fleet.ledger, ids, workers)
-            after = cpu_s(cluster)
+            after, called = cpu_s(cluster), calls(cluster) - called
             await stop_fleet(workers)
             done = completions(fleet.ledger)
     finally:
@@ -81,7 +96,11 @@ async def drain_shares(
     assert max(done.values()) == 1, "a job run twice"
     spent = {port: after[port] - before[port] for port in after}
     shares = {port: round(s / sum(spent.values()), 3) for port, s in spent.items()}
-    print(f"{partitions} partition(s), Redis CPU s per primary over {JOBS} jobs: {spent}")
+    per_job_us = round(sum(spent.values()) / JOBS * 1e6, 1)
+    print(
+        f"{partitions} partition(s), {JOBS} jobs: Redis CPU s per primary {spent}, shares "
+        f"{shares}; {per_job_us} us and {called / JOBS:.1f} commands per job in all"
+    )
     return shares
 
 
@@ -96,7 +115,7 @@ async def test_six_partitions_spread_the_redis_cpu_over_three_primaries(
     }
     assert owners == set(cluster.primary_ports())  # the naming rule reached every primary
     one = await drain_shares(cluster, tmp_path, f"{queue}.one", 1)
-    assert max(one.values()) > 0.8, one  # the measure sees a queue on one primary
+    assert max(one.values()) > 2 / 3, one  # the measure sees a queue on one primary
     six = await drain_shares(cluster, tmp_path, queue, PARTITIONS)
     assert max(six.values()) <= MOST_CPU_SHARE, six
 
