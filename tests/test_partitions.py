@@ -14,7 +14,7 @@ from emq_worker.protocol.keys import QueueKeys, hash_slot, validate_queue_name
 from emq_worker.protocol.partition_names import partition_name, partition_names, slot_range
 from emq_worker.protocol.partitions import holds_work, set_partitions
 from emq_worker.protocol.replies import text
-from emq_worker.runtime.partitioned import PartitionedWorker
+from emq_worker.runtime.partitioned import PartitionedWorker, RegistryWatch
 from tests.support.running import worker_settings
 from tests.support.wait import eventually
 
@@ -98,7 +98,7 @@ async def test_growing_3_to_6_mid_drain_loses_and_strands_nothing(
     producer = Producer(client)
     before = await producer.enqueue_many(queue_name, [JobSpec("work") for _ in range(300)])
     settings = worker_settings(queue_name, redis_url, concurrency=4)
-    worker = PartitionedWorker(settings, app, watch_s=0.1, retire_after_ms=300)
+    worker = PartitionedWorker(settings, app, watch=RegistryWatch(0.1, retire_after_ms=300))
     async with anyio.create_task_group() as group:
         group.start_soon(worker.run)
         with anyio.fail_after(10):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import anyio
 from redis.asyncio import Redis
@@ -23,11 +24,20 @@ from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
 from emq_worker.protocol.partitions import RETIRE_AFTER_MS, read_plans, retire_drained
 from emq_worker.runtime.config import WorkerSettings
-from emq_worker.runtime.worker import Worker
-from emq_worker.valkey.connection import connect
+from emq_worker.runtime.worker import Worker, worker_client
 from emq_worker.valkey.failures import RETRYABLE, describe, fatal
 
 WATCH_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryWatch:
+    """How the worker follows the registry."""
+
+    every_s: float = WATCH_S
+    """How often it reads the registry again."""
+    retire_after_ms: int = RETIRE_AFTER_MS
+    """How long after a change of N a drained generation may be retired."""
 
 
 class PartitionedWorker:
@@ -38,11 +48,10 @@ class PartitionedWorker:
         self,
         settings: WorkerSettings,
         app: App,
+        watch: RegistryWatch = RegistryWatch(),
         *,
         client: Redis | None = None,
         notifier: Notifier | None = None,
-        watch_s: float = WATCH_S,
-        retire_after_ms: int = RETIRE_AFTER_MS,
     ) -> None:
         self.settings = settings
         self.app = app
@@ -54,37 +63,29 @@ class PartitionedWorker:
         self.restarts = 0
         self._client = client
         self._notifier = notifier
-        self._watch_s = watch_s
-        self._retire_after_ms = retire_after_ms
+        self._every = watch
         self._stop = False
         self._refused = False
         self.log = get_logger()
 
     def request_stop(self) -> None:
+        """Graceful, as Worker.request_stop; no other Worker is started after this one."""
         self._stop = True
-        if self.worker is not None:
-            self.worker.request_stop()
+        for worker in filter(None, [self.worker]):
+            worker.request_stop()
 
     def force_stop(self) -> None:
+        """At once, as Worker.force_stop."""
         self._stop = True
-        if self.worker is not None:
-            self.worker.force_stop()
+        for worker in filter(None, [self.worker]):
+            worker.force_stop()
 
     async def run(self) -> None:
-        settings = self.settings
-        client = self._client or connect(
-            settings.redis_url,
-            settings.wire_version,
-            socket_timeout_s=settings.socket_timeout_ms / 1000,
-        )
-        try:
+        async with worker_client(self.settings, self._client) as client:
             self.served = await self._resolve(client, retry=False)
             # Again only when the watch stopped it to re-form (a burst run ends on its own).
             while not self._stop and await self._serve_once(client):
                 pass
-        finally:
-            if self._client is None:
-                await client.aclose()
 
     async def _serve_once(self, client: Redis) -> bool:
         """Serve `self.served` until stopped; whether the watch stopped it to re-form."""
@@ -102,7 +103,7 @@ class PartitionedWorker:
         await worker.ready.wait()
         self.ready.set()
         while True:
-            await anyio.sleep(self._watch_s)
+            await anyio.sleep(self._every.every_s)
             served = await self._resolve(client, retry=True)
             if served != self.served:
                 self.log.info("partitions_changed", was=list(self.served), serving=list(served))
@@ -119,7 +120,7 @@ class PartitionedWorker:
         try:
             plans = await read_plans(client, names)
             for plan in plans.values():
-                retired = await retire_drained(client, plan, self._retire_after_ms)
+                retired = await retire_drained(client, plan, self._every.retire_after_ms)
                 if retired:
                     self.log.info("partitions_retired", queue=plan.queue, generations=retired)
                     plans = await read_plans(client, names)

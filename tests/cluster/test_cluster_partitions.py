@@ -19,12 +19,18 @@ from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
 from emq_worker.protocol.partition_names import partition_names
 from emq_worker.protocol.partitions import set_partitions
 from emq_worker.valkey.connection import connect
-from tests.cluster.fleet import all_done, completions, fleet_dir, start_fleet, stop_fleet
+from tests.cluster.fleet import (
+    all_done,
+    completions,
+    fail_over_mid_drain,
+    fleet_dir,
+    start_fleet,
+    stop_fleet,
+)
 from tests.cluster.test_cluster_failover import replicated_everything
 from tests.support.cluster import ClusterOfServers
 from tests.support.commands import OBSERVER_COMMANDS
 from tests.support.processes import WorkerProcess, WorkerProcesses
-from tests.support.wait import eventually
 
 PARTITIONS = 6
 JOBS = 4_000
@@ -142,12 +148,7 @@ async def test_a_primary_failover_mid_drain_of_a_partitioned_queue_loses_nothing
             ids = await enqueue(client, queue, 1_800, ms=5)
             await anyio.to_thread.run_sync(replicated_everything, cluster)
 
-            async def some_done() -> bool:
-                return len(fleet.ledger.find("done")) >= len(ids) // 4
-
-            await eventually(some_done, timeout=60, what="a quarter of the jobs done")
-            cluster.kill(doomed)
-            await anyio.to_thread.run_sync(cluster.wait_ready)
+            await fail_over_mid_drain(cluster, fleet, doomed, len(ids))
             ids += await enqueue(client, queue, 300, ms=5)  # after the failover
             await all_done(fleet.ledger, ids, workers)
             await stop_fleet(workers)
