@@ -3,20 +3,23 @@ the logical name serving every partition, across a change of N, with nothing los
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import anyio
 import pytest
+from click.testing import CliRunner
 from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, JobSpec, Producer
+from emq_worker.cli.main import main
 from emq_worker.protocol.keys import QueueKeys, hash_slot, validate_queue_name
 from emq_worker.protocol.partition_names import partition_name, partition_names, slot_range
 from emq_worker.protocol.partitions import holds_work, set_partitions
 from emq_worker.protocol.replies import text
 from emq_worker.runtime.partitioned import PartitionedWorker, RegistryWatch
 from tests.support.running import worker_settings
-from tests.support.wait import eventually
+from tests.support.wait import until
 
 
 @pytest.mark.parametrize("n", [2, 3, 6, 16, 64])
@@ -106,16 +109,16 @@ async def test_changing_n_mid_drain_loses_and_strands_nothing(
         group.start_soon(worker.run)
         with anyio.fail_after(10):
             await worker.ready.wait()
-        await eventually(lambda: _now(len(ran) >= 30), what="the drain to begin")
+        await until(lambda: len(ran) >= 30, what="the drain to begin")
         assert len(ran) < 300  # mid-drain
         await set_partitions(client, queue_name, now)
         # a producer that reads the registry after the change (a running one does within 1 s)
         fresh = Producer(client)
         after = await fresh.enqueue_many(queue_name, [JobSpec("work") for _ in range(300)])
         ids = {e.job_id for e in [*before, *after]}
-        await eventually(lambda: _now(set(ran) == ids), timeout=60, what="every job to run")
+        await until(lambda: set(ran) == ids, within=60, what="every job to run")
         retired = [*partition_names(queue_name, now), queue_name]
-        await eventually(lambda: _now(worker.served == tuple(retired)), what="the old to retire")
+        await until(lambda: worker.served == tuple(retired), what="the old to retire")
         worker.request_stop()
     assert max(ran.values()) == 1  # every job once
     old = partition_names(queue_name, was)
@@ -124,6 +127,36 @@ async def test_changing_n_mid_drain_loses_and_strands_nothing(
     assert ran_on == {*old, *new}  # the 300 enqueued after the change spread over the new
 
 
-async def _now(value: bool) -> bool:
-    await anyio.lowlevel.checkpoint()
-    return value
+async def test_a_result_is_waited_for_through_the_logical_name(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    await set_partitions(client, queue_name, 3)
+    app = App()
+
+    @app.task(result_ttl_ms=60_000)
+    async def double(ctx: JobContext, n: int) -> int:
+        return 2 * n
+
+    producer = Producer(client)
+    jobs = [await producer.enqueue(queue_name, "double", {"n": n}) for n in range(3)]
+    worker = PartitionedWorker(worker_settings(queue_name, redis_url), app)
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.run)
+        results = [await producer.result(job.job_id, queue=queue_name) for job in jobs]
+        worker.request_stop()
+    assert results == [0, 2, 4]
+
+
+async def test_stats_on_the_logical_name_lists_every_partition_served(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    await set_partitions(client, queue_name, 2)
+    await Producer(client).enqueue_many(queue_name, [JobSpec("noop") for _ in range(4)])
+    await set_partitions(client, queue_name, 3)
+    args = ["stats", "-q", queue_name, "--json", "--redis-url", redis_url]
+    shown = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(main, args))
+    assert shown.exit_code == 0, shown.output
+    rows = {row["queue"]: row["pending"] for row in json.loads(shown.output)["queues"]}
+    served = [*partition_names(queue_name, 3), *partition_names(queue_name, 2), queue_name]
+    assert list(rows) == served
+    assert sum(rows.values()) == 4

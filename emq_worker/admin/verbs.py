@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from emq_worker.admin.flow_inspect import FlowView, flow_view
 from emq_worker.errors import EmqError, LockedError
@@ -20,6 +20,7 @@ from emq_worker.jobs.writes import read_log
 from emq_worker.protocol.keys import QueueKeys, validate_queue_name
 from emq_worker.protocol.lane_verbs import NO_LANES, LanesView, read_lanes
 from emq_worker.protocol.names import Field, JobId, JobState
+from emq_worker.protocol.partitions import read_plans
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
 from emq_worker.protocol.scripts import Scripts
@@ -152,12 +153,28 @@ async def stats(
 ) -> tuple[list[QueueStats], Discovery | None]:
     """Stats of the named queues (each must exist), or of every queue discovery finds."""
     if names:
-        queues = [await open_queue(client, scripts, name) for name in names]
+        queues = await _named_queues(client, scripts, names)
         found = None
     else:
         found = await discover_queues(client)
         queues = [Queue(client, scripts, name) for name in found.queues]
     return [await queue_stats(queue) for queue in queues], found
+
+
+async def _named_queues(client: Redis, scripts: Scripts, names: Sequence[str]) -> list[Queue]:
+    """The queues named; a partitioned one stands for every partition workers on it serve."""
+    try:
+        plans = await read_plans(client, names)
+    except NoPermissionError:  # an ACL without the {emq} keys: the names are plain queues
+        plans = {}
+    queues = []
+    for name in names:
+        plan = plans.get(name)
+        if plan is None:
+            queues.append(await open_queue(client, scripts, name))
+        else:
+            queues += [Queue(client, scripts, served) for served in plan.served()]
+    return queues
 
 
 # --- inspect ------------------------------------------------------------------------------

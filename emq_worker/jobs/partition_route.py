@@ -14,16 +14,22 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
 
+import anyio
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.jobs.options import Placement
+from emq_worker.jobs.results import result_key
 from emq_worker.protocol.partition_names import key_partition, partition_name
 from emq_worker.protocol.partitions import PartitionPlan, read_plan
+from emq_worker.protocol.queue import Queue
+
+T = TypeVar("T")
 
 TTL_S = 1.0
 """How long a plan read from the registry is used before it is read again."""
@@ -84,3 +90,43 @@ class PartitionRouter:
             self._turns[plan.queue] = turn
             index = turn % plan.n
         return partition_name(plan.queue, index, plan.n)
+
+    def split(self, plan: PartitionPlan, placements: Sequence[Placement]) -> dict[str, list[int]]:
+        """The jobs of a batch by partition: partition -> the indexes of its jobs, in order."""
+        parts: dict[str, list[int]] = {}
+        for index, placement in enumerate(placements):
+            parts.setdefault(self.partition(plan, placement), []).append(index)
+        return parts
+
+    async def holding(self, queue: str, job_id: str, open_queue: Callable[[str], Queue]) -> str:
+        """`queue`, or on a partitioned queue the partition that holds the job's row or result
+        (one EXISTS per partition served; the logical name itself when none does)."""
+        plan = await self.plan(queue)
+        if plan is None:
+            return queue
+        for name in plan.served():
+            held = open_queue(name)
+            if await self.client.exists(held.keys.job(job_id), result_key(held, job_id)):
+                return name
+        return queue
+
+
+async def send_split(
+    groups: Mapping[str, list[int]],
+    send: Callable[[str, list[int]], Awaitable[Sequence[T]]],
+) -> list[T]:
+    """Send each partition's share of a batch at once; the replies in the batch's order. The
+    first error is raised as it is (a caller sees what a plain queue would raise)."""
+    results: dict[int, T] = {}
+
+    async def one(partition: str, indexes: list[int]) -> None:
+        replies = await send(partition, indexes)
+        results.update(zip(indexes, replies, strict=True))
+
+    try:
+        async with anyio.create_task_group() as group:
+            for partition, indexes in groups.items():
+                group.start_soon(one, partition, indexes)
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [results[index] for index in sorted(results)]

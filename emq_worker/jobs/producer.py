@@ -25,7 +25,6 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Unpack
 
-import anyio
 import anyio.from_thread
 from redis.asyncio import Redis
 
@@ -42,7 +41,7 @@ from emq_worker.jobs.options import (
     one_policy,
     split_options,
 )
-from emq_worker.jobs.partition_route import PartitionRouter
+from emq_worker.jobs.partition_route import PartitionRouter, send_split
 from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
 from emq_worker.jobs.results import wait_result
@@ -224,23 +223,10 @@ class Producer:
         plan = await self.router.plan(queue)
         if plan is None:
             return await self._enqueue_on(queue, specs, trace)
-        parts: dict[str, list[int]] = {}
-        for index, spec in enumerate(specs):
-            parts.setdefault(self.router.partition(plan, spec.placement), []).append(index)
-        results: list[Enqueued | None] = [None] * len(specs)
-
-        async def send(partition: str, indexes: list[int]) -> None:
-            done = await self._enqueue_on(partition, [specs[i] for i in indexes], trace)
-            for index, enqueued in zip(indexes, done, strict=True):
-                results[index] = enqueued
-
-        try:
-            async with anyio.create_task_group() as group:
-                for partition, indexes in parts.items():
-                    group.start_soon(send, partition, indexes)
-        except BaseExceptionGroup as failed:  # the caller sees the error, as on a plain queue
-            raise failed.exceptions[0] from None
-        return [result for result in results if result is not None]
+        groups = self.router.split(plan, [spec.placement for spec in specs])
+        return await send_split(
+            groups, lambda name, part: self._enqueue_on(name, [specs[i] for i in part], trace)
+        )
 
     async def _enqueue_on(
         self, queue: str, specs: Sequence[JobSpec], trace: Mapping[str, str] | None
@@ -338,7 +324,9 @@ class Producer:
         """Wait up to `timeout` seconds for the return value of a job whose task (or enqueue)
         set `result_ttl_ms`, and return it (decoded JSON). Blocks on the server, not a poll.
 
-        Raises ResultTimeoutError when the job has not completed by then (it may still);
+        On a partitioned queue `queue` may be the logical name: the partition holding the job
+        is found first. Raises ResultTimeoutError when the job has not completed by then (it
+        may still);
         JobFailedError, with `last_error`, when the job is dead; ResultUnavailableError when
         no result exists and none will come (completed without storing one, expired, removed,
         never enqueued on `queue`, or a return value JSON cannot hold).
@@ -346,7 +334,8 @@ class Producer:
         if timeout < 0:
             raise ConfigError(f"timeout must be >= 0 seconds; got {timeout}")
         with self._naming_server():
-            return await wait_result(self.queue(queue), _checked_id(job_id), timeout)
+            found = await self.router.holding(queue, _checked_id(job_id), self.queue)
+            return await wait_result(self.queue(found), _checked_id(job_id), timeout)
 
 
 class SyncProducer:
