@@ -109,7 +109,7 @@ class PartitionedWorker:
                 self.log.info("partitions_changed", was=list(self.served), serving=list(served))
                 self.served = served
                 self.restarts += 1
-                worker.request_stop()
+                worker.stop.request()  # graceful, but not a stop to tell systemd about
                 return
 
     async def _resolve(self, client: Redis, *, retry: bool) -> tuple[str, ...]:
