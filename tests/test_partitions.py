@@ -14,7 +14,12 @@ from redis.asyncio import Redis
 from emq_worker import App, JobContext, JobSpec, Producer
 from emq_worker.cli.main import main
 from emq_worker.protocol.keys import QueueKeys, hash_slot, validate_queue_name
-from emq_worker.protocol.partition_names import partition_name, partition_names, slot_range
+from emq_worker.protocol.partition_names import (
+    key_partition,
+    partition_name,
+    partition_names,
+    slot_range,
+)
 from emq_worker.protocol.partitions import holds_work, set_partitions
 from emq_worker.protocol.replies import text
 from emq_worker.runtime.partitioned import PartitionedWorker, RegistryWatch
@@ -160,3 +165,15 @@ async def test_stats_on_the_logical_name_lists_every_partition_served(
     served = [*partition_names(queue_name, 3), *partition_names(queue_name, 2), queue_name]
     assert list(rows) == served
     assert sum(rows.values()) == 4
+
+
+async def test_the_cli_enqueues_a_keyed_job_to_its_keys_partition(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    await set_partitions(client, queue_name, 4)
+    args = ["enqueue", "-q", queue_name, "--key", "customer-9", "noop", "--redis-url", redis_url]
+    sent = [await anyio.to_thread.run_sync(lambda: CliRunner().invoke(main, args)) for _ in "ab"]
+    assert [result.exit_code for result in sent] == [0, 0], sent[0].output
+    found = await where(client, partition_names(queue_name, 4))
+    wanted = partition_name(queue_name, key_partition("customer-9", 4), 4)
+    assert [found[result.output.strip()] for result in sent] == [wanted, wanted]
