@@ -177,3 +177,20 @@ async def test_the_cli_enqueues_a_keyed_job_to_its_keys_partition(
     found = await where(client, partition_names(queue_name, 4))
     wanted = partition_name(queue_name, key_partition("customer-9", 4), 4)
     assert [found[result.output.strip()] for result in sent] == [wanted, wanted]
+
+
+async def test_pause_and_resume_on_the_logical_name_reach_every_partition(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    await set_partitions(client, queue_name, 3)
+    served = [*partition_names(queue_name, 3), queue_name]
+
+    async def paused() -> list[bool]:
+        return [bool(await client.hexists(QueueKeys.of(n).meta, "paused")) for n in served]
+
+    for verb, expected in (("pause", True), ("resume", False)):
+        args = [verb, queue_name, "--redis-url", redis_url]
+        done = await anyio.to_thread.run_sync(CliRunner().invoke, main, args)
+        assert done.exit_code == 0, done.output
+        assert "(4 queues served under that name)" in done.output
+        assert await paused() == [expected] * 4

@@ -163,18 +163,20 @@ async def stats(
 
 async def _named_queues(client: Redis, scripts: Scripts, names: Sequence[str]) -> list[Queue]:
     """The queues named; a partitioned one stands for every partition workers on it serve."""
-    try:
-        plans = await read_plans(client, names)
-    except NoPermissionError:  # an ACL without the {emq} keys: the names are plain queues
-        plans = {}
     queues = []
     for name in names:
-        plan = plans.get(name)
-        if plan is None:
-            queues.append(await open_queue(client, scripts, name))
-        else:
-            queues += [Queue(client, scripts, served) for served in plan.served()]
+        parts = await partition_queues(client, scripts, name)
+        queues += parts if parts is not None else [await open_queue(client, scripts, name)]
     return queues
+
+
+async def partition_queues(client: Redis, scripts: Scripts, name: str) -> list[Queue] | None:
+    """Every partition workers on `name` serve, when it is partitioned; else None."""
+    try:
+        plan = (await read_plans(client, [name])).get(name)
+    except NoPermissionError:  # an ACL without the {emq} keys: the name is a plain queue
+        return None
+    return None if plan is None else [Queue(client, scripts, served) for served in plan.served()]
 
 
 # --- inspect ------------------------------------------------------------------------------
@@ -261,6 +263,16 @@ async def set_paused(queue: Queue, paused: bool) -> bool:
     was = bool(await queue.client.hexists(queue.keys.meta, "paused"))
     await (queue.pause() if paused else queue.resume())
     return was
+
+
+async def set_paused_by_name(
+    client: Redis, scripts: Scripts, name: str, paused: bool
+) -> tuple[bool, int]:
+    """Pause or resume `name`, every partition of it when it is partitioned; whether it was
+    paused before (pausing: all of them were; resuming: any was), and how many queues."""
+    queues = await partition_queues(client, scripts, name) or [Queue(client, scripts, name)]
+    was = [await set_paused(queue, paused) for queue in queues]
+    return (all(was) if paused else any(was)), len(queues)
 
 
 async def job_logs(queue: Queue, job_id: JobId) -> list[str]:
