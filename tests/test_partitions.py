@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 import anyio
 import pytest
@@ -194,3 +195,28 @@ async def test_pause_and_resume_on_the_logical_name_reach_every_partition(
         assert done.exit_code == 0, done.output
         assert "(4 queues served under that name)" in done.output
         assert await paused() == [expected] * 4
+
+
+async def test_the_partitions_command_sets_n_and_lists_every_generation_served(
+    redis_url: str, queue_name: str
+) -> None:
+    async def run(*args: str) -> dict[str, Any]:
+        line = ["partitions", queue_name, *args, "--json", "--redis-url", redis_url]
+        done = await anyio.to_thread.run_sync(CliRunner().invoke, main, line)
+        assert done.exit_code == 0, done.output
+        view: dict[str, Any] = json.loads(done.output)
+        return view
+
+    assert [row["partition"] for row in (await run())["served"]] == [queue_name]
+    await run("2")
+    shown = await run("3")
+    assert shown["partitions"] == 3
+    rows = [(row["partition"], row["generation"], row["current"]) for row in shown["served"]]
+    assert rows == [
+        *[(name, 3, True) for name in partition_names(queue_name, 3)],
+        *[(name, 2, False) for name in partition_names(queue_name, 2)],
+        (queue_name, 1, False),
+    ]
+    assert [row["slot"] for row in shown["served"][:3]] == [
+        hash_slot(f"{{{name}}}") for name in partition_names(queue_name, 3)
+    ]
