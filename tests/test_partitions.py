@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from emq_worker import App, JobContext, JobSpec, Producer
 from emq_worker.cli.main import main
 from emq_worker.protocol.keys import QueueKeys, hash_slot, validate_queue_name
+from emq_worker.protocol.lane_verbs import pause_lane
 from emq_worker.protocol.partition_names import (
     key_partition,
     partition_name,
@@ -220,3 +221,15 @@ async def test_the_partitions_command_sets_n_and_lists_every_generation_served(
     assert [row["slot"] for row in shown["served"][:3]] == [
         hash_slot(f"{{{name}}}") for name in partition_names(queue_name, 3)
     ]
+
+
+async def test_a_partition_whose_only_jobs_wait_in_a_paused_lane_still_holds_work(
+    client: Redis, queue_name: str
+) -> None:
+    """Else its generation would retire with those jobs in it, and no worker would serve them."""
+    producer = Producer(client)
+    await producer.enqueue(queue_name, "noop", group="tenant-1")
+    assert await holds_work(client, queue_name)
+    await pause_lane(producer.queue(queue_name), "tenant-1")
+    assert not await client.llen(QueueKeys.of(queue_name).prefix + "ring")  # out of the ring
+    assert await holds_work(client, queue_name)

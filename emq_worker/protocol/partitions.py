@@ -112,12 +112,14 @@ async def retire(client: Redis, queue: str, count: int) -> None:
 
 async def holds_work(client: Redis, name: str) -> bool:
     """Whether the queue `name` holds a job that will still run: ready, leased, scheduled or
-    waiting in a fair lane (its dead letters do not keep a partition alive)."""
+    waiting in a fair lane, a paused one included (a paused lane leaves the ring but keeps its
+    jobs). Its dead letters do not keep a partition alive."""
     keys = QueueKeys.of(name)
     async with client.pipeline(transaction=False) as pipe:
         for key in (keys.pending, keys.active, keys.schedule):
             pipe.zcard(key)
         pipe.llen(keys.prefix + "ring")
+        pipe.scard(keys.prefix + "paused")
         sizes = await pipe.execute()
     return any(int(size) for size in sizes)
 
