@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from emq_worker.admin.flow_inspect import FlowView, flow_view
 from emq_worker.errors import EmqError, LockedError
@@ -20,6 +20,7 @@ from emq_worker.jobs.writes import read_log
 from emq_worker.protocol.keys import QueueKeys, validate_queue_name
 from emq_worker.protocol.lane_verbs import NO_LANES, LanesView, read_lanes
 from emq_worker.protocol.names import Field, JobId, JobState
+from emq_worker.protocol.partitions import read_plans
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.replies import text
 from emq_worker.protocol.scripts import Scripts
@@ -152,12 +153,30 @@ async def stats(
 ) -> tuple[list[QueueStats], Discovery | None]:
     """Stats of the named queues (each must exist), or of every queue discovery finds."""
     if names:
-        queues = [await open_queue(client, scripts, name) for name in names]
+        queues = await _named_queues(client, scripts, names)
         found = None
     else:
         found = await discover_queues(client)
         queues = [Queue(client, scripts, name) for name in found.queues]
     return [await queue_stats(queue) for queue in queues], found
+
+
+async def _named_queues(client: Redis, scripts: Scripts, names: Sequence[str]) -> list[Queue]:
+    """The queues named; a partitioned one stands for every partition workers on it serve."""
+    queues = []
+    for name in names:
+        parts = await partition_queues(client, scripts, name)
+        queues += parts if parts is not None else [await open_queue(client, scripts, name)]
+    return queues
+
+
+async def partition_queues(client: Redis, scripts: Scripts, name: str) -> list[Queue] | None:
+    """Every partition workers on `name` serve, when it is partitioned; else None."""
+    try:
+        plan = (await read_plans(client, [name])).get(name)
+    except NoPermissionError:  # an ACL without the {emq} keys: the name is a plain queue
+        return None
+    return None if plan is None else [Queue(client, scripts, served) for served in plan.served()]
 
 
 # --- inspect ------------------------------------------------------------------------------
@@ -244,6 +263,16 @@ async def set_paused(queue: Queue, paused: bool) -> bool:
     was = bool(await queue.client.hexists(queue.keys.meta, "paused"))
     await (queue.pause() if paused else queue.resume())
     return was
+
+
+async def set_paused_by_name(
+    client: Redis, scripts: Scripts, name: str, paused: bool
+) -> tuple[bool, int]:
+    """Pause or resume `name`, every partition of it when it is partitioned; whether it was
+    paused before (pausing: all of them were; resuming: any was), and how many queues."""
+    queues = await partition_queues(client, scripts, name) or [Queue(client, scripts, name)]
+    was = [await set_paused(queue, paused) for queue in queues]
+    return (all(was) if paused else any(was)), len(queues)
 
 
 async def job_logs(queue: Queue, job_id: JobId) -> list[str]:

@@ -89,17 +89,18 @@ def inspect(
 
 def _set_paused(queue: str, paused: bool, as_json: bool, redis_url: str, wire_version: str) -> None:
     # Not on_queue: a queue with no keys yet may be paused before its first job.
-    was = run_admin(
+    was, count = run_admin(
         redis_url,
         wire_version,
-        lambda client, scripts: verbs.set_paused(Queue(client, scripts, queue), paused),
+        lambda client, scripts: verbs.set_paused_by_name(client, scripts, queue, paused),
     )
+    parts = f" ({count} queues served under that name)" if count > 1 else ""
     if was == paused:
-        text = f"queue {queue!r} was already {'paused' if paused else 'running'}"
+        text = f"queue {queue!r}{parts} was already {'paused' if paused else 'running'}"
     elif paused:
-        text = f"paused queue {queue!r}; running workers stop claiming at their next claim"
+        text = f"paused queue {queue!r}{parts}; running workers stop claiming at their next claim"
     else:
-        text = f"resumed queue {queue!r}"
+        text = f"resumed queue {queue!r}{parts}"
     report(as_json, text, {"queue": queue, "paused": paused, "was_paused": was})
 
 

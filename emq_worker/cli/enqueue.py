@@ -154,6 +154,11 @@ def check_call(app_path: str, app_dir: str, task: str, kwargs: dict[str, object]
     help="Lower is claimed first (within its lane, or among jobs without a group).",
 )
 @click.option(
+    "--key",
+    default=None,
+    help="On a partitioned queue, jobs of one key go to one partition (and keep their order).",
+)
+@click.option(
     "--node-id",
     type=int,
     show_envvar=True,
@@ -180,6 +185,7 @@ def enqueue(
     result_ttl_ms: int | None,
     group: str | None,
     priority: int,
+    key: str | None,
     node_id: int,
 ) -> None:
     """Enqueue TASK with KWARGS (a JSON object) and print the job id ("<id> (duplicate)" when
@@ -209,6 +215,7 @@ def enqueue(
                 result_ttl_ms=result_ttl_ms,
                 group=group,
                 priority=priority,
+                key=key,
             )
 
     sent = run_calls(redis_url, send)

@@ -27,6 +27,7 @@ from emq_worker.cli.options import (
     usage_error,
     wire_version_option,
 )
+from emq_worker.cli.partitions import partitions as partitions_command
 from emq_worker.cli.processes import (
     fleet_plan,
     join_fleet_if_child,
@@ -156,6 +157,7 @@ main.add_command(demo_command)
 main.add_command(dev_command)
 main.add_command(dashboard_command)  # imports Starlette only when it runs
 main.add_command(lanes_group)
+main.add_command(partitions_command)
 
 
 # --- admin: the verbs operators reach for (logic in emq_worker.admin.verbs) ----------------------

@@ -36,6 +36,9 @@ class Placement(TypedDict, total=False):
     """The fair lane to wait in (e.g. a tenant); `[A-Za-z0-9._-]{1,128}`; None: no lane."""
     priority: int
     """Lower is claimed first (within its lane, or among ungrouped jobs); 0 by default."""
+    key: str | None
+    """On a partitioned queue, the jobs of one key go to one partition (crc32(key) mod N), so
+    they keep their order among themselves; ignored on a plain queue."""
 
 
 class EnqueueOptions(Placement, PolicyOptions, total=False):

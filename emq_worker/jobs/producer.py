@@ -41,6 +41,7 @@ from emq_worker.jobs.options import (
     one_policy,
     split_options,
 )
+from emq_worker.jobs.partition_route import PartitionRouter, send_split
 from emq_worker.jobs.policy import JobPolicy
 from emq_worker.jobs.repeat import RepeatInfo, Schedule, encode_payload, register
 from emq_worker.jobs.results import wait_result
@@ -148,6 +149,7 @@ class Producer:
         self.url = url
         self._queues: dict[str, Queue] = {}
         self._names = ProducerNames(client)
+        self.router = PartitionRouter(client)
 
     @classmethod
     def from_url(
@@ -195,7 +197,8 @@ class Producer:
         `max_attempts`, `backoff`, `timeout_ms` and `result_ttl_ms` override the task's own
         for this job (`result_ttl_ms=0` stores no result).
         `group`: the fair lane it waits in (docs/guide/lanes.md); `priority`: lower is claimed
-        first (docs/guide/priorities.md).
+        first (docs/guide/priorities.md). `key`: on a partitioned queue, the jobs of one key go
+        to one partition (docs/how-to/partitions.md).
         """
         check_names(options, ENQUEUE_NAMES, "enqueue")
         spec = JobSpec(task, kwargs, **options)
@@ -210,11 +213,24 @@ class Producer:
         return (await self.enqueue_many(queue, [spec]))[0]
 
     async def enqueue_many(self, queue: str, specs: Sequence[JobSpec]) -> list[Enqueued]:
-        """Enqueue all of `specs` in one script call (one round trip), all or none."""
+        """Enqueue all of `specs` in one script call (one round trip), all or none; on a
+        partitioned queue, one call per partition (each all or none, sent at once)."""
         with self._naming_server(), tracing.send_span(queue, len(specs)) as trace:
             return await self._enqueue_many(queue, specs, trace)
 
     async def _enqueue_many(
+        self, queue: str, specs: Sequence[JobSpec], trace: Mapping[str, str] | None
+    ) -> list[Enqueued]:
+        """On a partitioned queue, one call per partition the jobs go to, all at once."""
+        plan = await self.router.plan(queue)
+        if plan is None:
+            return await self._enqueue_on(queue, specs, trace)
+        groups = self.router.split(plan, [spec.placement for spec in specs])
+        return await send_split(
+            groups, lambda name, part: self._enqueue_on(name, [specs[i] for i in part], trace)
+        )
+
+    async def _enqueue_on(
         self, queue: str, specs: Sequence[JobSpec], trace: Mapping[str, str] | None
     ) -> list[Enqueued]:
         minted = iter(
@@ -289,6 +305,9 @@ class Producer:
             payload = spec.payload
         check_payload_size(payload)
         place = spec.placement
+        key = place.get("key")
+        if key is not None and not isinstance(key, str):
+            raise ConfigError(f"key must be a string; got {key!r}")
         delay_ms, run_at = place.get("delay_ms"), place.get("run_at")
         mode, ms = NOW if delay_ms is None and run_at is None else _when(delay_ms, run_at)
         chosen_id = place.get("job_id")
@@ -309,7 +328,9 @@ class Producer:
         """Wait up to `timeout` seconds for the return value of a job whose task (or enqueue)
         set `result_ttl_ms`, and return it (decoded JSON). Blocks on the server, not a poll.
 
-        Raises ResultTimeoutError when the job has not completed by then (it may still);
+        On a partitioned queue `queue` may be the logical name: the partition holding the job
+        is found first. Raises ResultTimeoutError when the job has not completed by then (it
+        may still);
         JobFailedError, with `last_error`, when the job is dead; ResultUnavailableError when
         no result exists and none will come (completed without storing one, expired, removed,
         never enqueued on `queue`, or a return value JSON cannot hold).
@@ -317,7 +338,8 @@ class Producer:
         if timeout < 0:
             raise ConfigError(f"timeout must be >= 0 seconds; got {timeout}")
         with self._naming_server():
-            return await wait_result(self.queue(queue), _checked_id(job_id), timeout)
+            found = await self.router.holding(queue, _checked_id(job_id), self.queue)
+            return await wait_result(self.queue(found), _checked_id(job_id), timeout)
 
 
 class SyncProducer:

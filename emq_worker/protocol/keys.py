@@ -30,6 +30,17 @@ def worker_control_key(worker_id: str) -> str:
     return f"{{emq}}:control:{worker_id}"
 
 
+PARTITIONED_KEY = "{emq}:partitioned"
+"""SET of the logical queues with a partition registry entry: a worker asks it (SMISMEMBER,
+one command) whether any queue it serves is partitioned before reading entries. Ours."""
+
+
+def partitions_key(queue: str) -> str:
+    """A partitioned queue's registry entry (HASH: `n` and one `g<N>` per generation still
+    served; docs/protocol.md section 2). Ours, not EchoMQ's."""
+    return f"{{emq}}:partitions:{queue}"
+
+
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 

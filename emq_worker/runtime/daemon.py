@@ -1,4 +1,5 @@
-"""The daemon: runs a Worker under signal handling and turns its end into an exit code.
+"""The daemon: runs a Worker (over the partitions of partitioned queues: runtime/partitioned.py)
+under signal handling and turns its end into an exit code.
 
 The first SIGTERM/SIGINT is graceful (finish or hand back held jobs, exit 0); a second one stops at
 once and leaves held leases to the reaper. Signals are received in a task, never in a handler.
@@ -20,7 +21,7 @@ from emq_worker.jobs.tasks import App
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
 from emq_worker.runtime.config import WorkerSettings
-from emq_worker.runtime.worker import Worker
+from emq_worker.runtime.partitioned import PartitionedWorker
 from emq_worker.valkey import failures
 from emq_worker.valkey.reach import reach
 
@@ -39,7 +40,7 @@ class ExitStatus:
 
 
 async def _watch_signals(
-    worker: Worker, outcome: ExitStatus, graceful: signal.Signals | None = None
+    worker: PartitionedWorker, outcome: ExitStatus, graceful: signal.Signals | None = None
 ) -> None:
     log = get_logger()
     watched = (signal.SIGTERM, signal.SIGINT, *([graceful] if graceful else []))
@@ -73,7 +74,7 @@ async def serve(
     wait_s = settings.connect_wait_ms / 1000
     timeout_s = settings.check_timeout_ms / 1000
     await reach(settings.redis_url, settings.wire_version, get_logger(), wait_s, timeout_s)
-    worker = Worker(settings, app, notifier=notifier)
+    worker = PartitionedWorker(settings, app, notifier=notifier)
     outcome = ExitStatus()
     try:
         async with anyio.create_task_group() as group:

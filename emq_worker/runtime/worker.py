@@ -8,8 +8,10 @@ leases alive, then hand what is still held back to pending at once (fenced) and 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
+from collections.abc import AsyncIterator
 
 import anyio
 from redis.asyncio import Redis
@@ -35,6 +37,24 @@ from emq_worker.valkey.connection import connect
 from emq_worker.valkey.failures import RETRYABLE, describe
 
 RELEASE_TIMEOUT_S = 5.0
+
+
+@contextlib.asynccontextmanager
+async def worker_client(settings: WorkerSettings, given: Redis | None) -> AsyncIterator[Redis]:
+    """`given`, or a client of the settings' server closed on leaving (an injected one is its
+    owner's to close)."""
+    if given is not None:
+        yield given
+        return
+    client = connect(
+        settings.redis_url,
+        settings.wire_version,
+        socket_timeout_s=settings.socket_timeout_ms / 1000,
+    )
+    try:
+        yield client
+    finally:
+        await client.aclose()
 
 
 class Worker:
@@ -82,17 +102,8 @@ class Worker:
             self._root.cancel()
 
     async def run(self) -> None:
-        settings = self.settings
-        client = self._client or connect(
-            settings.redis_url,
-            settings.wire_version,
-            socket_timeout_s=settings.socket_timeout_ms / 1000,
-        )
-        try:
+        async with worker_client(self.settings, self._client) as client:
             await self._run(client)
-        finally:
-            if self._client is None:
-                await client.aclose()
 
     async def _run(self, client: Redis) -> None:
         scripts = Scripts()

@@ -8,10 +8,12 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
 from redis.asyncio import Redis
 
 from emq_worker.jobs.producer import JobSpec, Producer
 from emq_worker.protocol.names import JobId
+from tests.support.cluster import ClusterOfServers
 from tests.support.processes import Ledger, WorkerProcess, WorkerProcesses
 from tests.support.wait import eventually
 
@@ -79,6 +81,20 @@ async def stop_fleet(workers: Sequence[WorkerProcess]) -> None:
         worker.send(signal.SIGTERM)
     for worker in workers:
         assert await worker.wait_exit(30) == 0, worker.tail()
+
+
+async def fail_over_mid_drain(
+    cluster: ClusterOfServers, fleet: WorkerProcesses, doomed: int, jobs: int
+) -> None:
+    """Once a quarter of `jobs` are done, kill the primary on port `doomed` and wait until its
+    replica leads."""
+
+    async def some_done() -> bool:
+        return len(fleet.ledger.find("done")) >= jobs // 4
+
+    await eventually(some_done, timeout=60, what="a quarter of the jobs done")
+    cluster.kill(doomed)
+    await anyio.to_thread.run_sync(cluster.wait_ready)
 
 
 def fleet_dir(tmp_path: Path) -> Path:

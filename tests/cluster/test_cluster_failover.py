@@ -20,13 +20,14 @@ from tests.cluster.fleet import (
     all_done,
     completions,
     enqueue_spread,
+    fail_over_mid_drain,
     fleet_dir,
     start_fleet,
     stop_fleet,
 )
 from tests.support.cluster import ClusterOfServers
 from tests.support.processes import WorkerProcesses
-from tests.support.wait import eventually, eventually_sync
+from tests.support.wait import eventually_sync
 
 PER_QUEUE = 300
 
@@ -73,12 +74,7 @@ async def test_a_primary_failover_loses_no_replicated_job(
             ids = list(queue_of)
             await anyio.to_thread.run_sync(replicated_everything, cluster)
 
-            async def some_done() -> bool:
-                return len(fleet.ledger.find("done")) >= len(ids) // 4
-
-            await eventually(some_done, timeout=60, what="a quarter of the jobs done")
-            cluster.kill(doomed)
-            await anyio.to_thread.run_sync(cluster.wait_ready)
+            await fail_over_mid_drain(cluster, fleet, doomed, len(ids))
             assert cluster.owner_port(slot) != doomed, "no replica was promoted"
             ids += await enqueue_spread(client, queues, 50, ms=20)  # after the failover
             await all_done(fleet.ledger, ids, workers)

@@ -31,6 +31,8 @@ from redis.exceptions import RedisError
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.keys import VERSION_KEY, hash_slot
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.protocol.partition_names import partition_names
+from emq_worker.protocol.partitions import set_partitions
 from emq_worker.valkey.connection import connect
 from tests.chaos.faults import CHAOS_APP
 from tests.chaos.ledger import START
@@ -166,19 +168,34 @@ def start_worker(processes: WorkerProcesses, queues: list[str], url: str) -> Wor
     )
 
 
-async def kill_under_traffic(cluster: ClusterOfServers, tmp_path: Path, doomed: int) -> None:
+async def placement(
+    cluster: ClusterOfServers, client: Redis, logical: str | None
+) -> tuple[dict[str, int], list[str]]:
+    """The queues traffic goes to (-> the port of their primary), and the names the worker is
+    given: a queue per primary, or the 3 partitions of the partitioned queue `logical`."""
+    if logical is None:
+        placed = spread_queues(cluster, f"scope{os.getpid()}", per_node=1)
+        return placed, list(placed)
+    await set_partitions(client, logical, 3)
+    names = [*partition_names(logical, 3), logical]  # the worker serves the logical name too
+    return {name: cluster.owner_port(hash_slot(f"{{{name}}}")) for name in names}, [logical]
+
+
+async def kill_under_traffic(
+    cluster: ClusterOfServers, tmp_path: Path, doomed: int, logical: str | None = None
+) -> None:
     """Kill the primary on port `doomed` while the worker and the producer run; assert the flow
     on the other primaries' queues and the worker's log."""
-    placed = spread_queues(cluster, f"scope{os.getpid()}", per_node=1)
-    queues = list(placed)
-    lost = {queue for queue, port in placed.items() if port == doomed}
+    client: Redis = connect(cluster.url, DEFAULT_WIRE_VERSION)
+    served, given = await placement(cluster, client, logical)
+    lost = {queue for queue, port in served.items() if port == doomed}
+    queues = [queue for queue in served if queue != logical]
     survivors = [queue for queue in queues if queue not in lost]
     ledger = tmp_path / "fleet"
-    client: Redis = connect(cluster.url, DEFAULT_WIRE_VERSION)
     traffic = Traffic(Producer(client), ledger)
     try:
         with WorkerProcesses(ledger) as processes:
-            worker = start_worker(processes, queues, cluster.url)
+            worker = start_worker(processes, given, cluster.url)
             await worker.wait_event("worker_started", within_s=30)
             async with anyio.create_task_group() as tasks:
                 for queue in queues:
@@ -280,3 +297,13 @@ async def test_losing_a_primary_backs_off_only_its_queues(
     version_owner = failing_over.owner_port(hash_slot(VERSION_KEY))
     doomed = next(port for port in failing_over.primary_ports() if port != version_owner)
     await kill_under_traffic(failing_over, tmp_path, doomed)
+
+
+@pytest.mark.soak
+async def test_losing_the_registrys_primary_stalls_no_other_partition(
+    failing_over: ClusterOfServers, tmp_path: Path
+) -> None:
+    """A partitioned queue (3 partitions, one per primary; the worker given the logical name):
+    the primary holding the `{emq}` slot, where the partition registry lives, is killed."""
+    registry_owner = failing_over.owner_port(hash_slot(VERSION_KEY))
+    await kill_under_traffic(failing_over, tmp_path, registry_owner, f"parts{os.getpid()}")
