@@ -3,7 +3,8 @@
 At start each name given is looked up in the partition registry (protocol/partitions.py): a plain
 queue is served as it is; a partitioned one by its current partitions, the partitions of every
 generation not yet retired, and the logical name itself. While it runs, the registry is read again
-every WATCH_S (one SMISMEMBER, plus one HGETALL per partitioned queue); when what is to be served
+every WATCH_S while a name it was given is partitioned (one SMISMEMBER, plus one HGETALL per
+partitioned queue), every PLAIN_WATCH_S while none is (one SMISMEMBER: an idle worker's cost); when what is to be served
 has changed (N was set, a generation retired), the inner Worker is stopped gracefully (running jobs
 finish within the grace period, the rest are handed back) and a new one serves the new set. The
 same look retires each superseded generation once it is drained (any worker may; it is one HDEL).
@@ -28,6 +29,10 @@ from emq_worker.runtime.worker import Worker, worker_client
 from emq_worker.valkey.failures import RETRYABLE, describe, fatal
 
 WATCH_S = 2.0
+PLAIN_WATCH_S = 10.0
+"""While no queue it serves is partitioned, a worker looks this seldom: a queue partitioned for
+the first time is served by its partitions within this long (its producers switch within a
+second; the jobs they send meanwhile wait in the partitions)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +40,9 @@ class RegistryWatch:
     """How the worker follows the registry."""
 
     every_s: float = WATCH_S
-    """How often it reads the registry again."""
+    """How often it reads the registry again while a queue it serves is partitioned."""
+    plain_every_s: float = PLAIN_WATCH_S
+    """How often while none is."""
     retire_after_ms: int = RETIRE_AFTER_MS
     """How long after a change of N a drained generation may be retired."""
 
@@ -103,7 +110,8 @@ class PartitionedWorker:
         await worker.ready.wait()
         self.ready.set()
         while True:
-            await anyio.sleep(self._every.every_s)
+            partitioned = self.served != tuple(self.settings.queues)
+            await anyio.sleep(self._every.every_s if partitioned else self._every.plain_every_s)
             served = await self._resolve(client, retry=True)
             if served != self.served:
                 self.log.info("partitions_changed", was=list(self.served), serving=list(served))
