@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from emq_worker.admin import lookup, render, verbs
 from emq_worker.cli.dead import dead
 from emq_worker.cli.operator import (
-    admin_queue_option,
+    admin_verb_options,
     dump_json,
     job_ids_callback,
     job_queue_option,
@@ -126,10 +126,7 @@ def resume(queue: str, as_json: bool, redis_url: str, wire_version: str) -> None
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@admin_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
+@admin_verb_options
 def remove(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
     """Delete JOB_ID (row, subkeys, set member); refused while a worker holds it."""
     on_queue(redis_url, wire_version, queue, lambda q: verbs.remove_job(q, job_id))
@@ -201,10 +198,7 @@ def workers(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@admin_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
+@admin_verb_options
 def cancel(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
     """Stop the running JOB_ID: its worker cancels it at its next renewal tick and settles it
     dead with last_error "cancelled by an operator"."""

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from emq_worker.admin import render, verbs
 from emq_worker.cli.operator import (
     admin_queue_option,
+    admin_verb_options,
     dump_json,
     json_option,
     one_queue,
@@ -124,10 +125,7 @@ def _when(ms: int | None) -> str:
 
 
 @repeat_group.command("list")
-@admin_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
+@admin_verb_options
 def repeat_list(queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
     """Every repeatable job of QUEUE with its schedule and next due time (UTC)."""
 
@@ -156,10 +154,7 @@ def repeat_list(queue: str, as_json: bool, redis_url: str, wire_version: str) ->
 
 def _repeat_verb(verb: str, help_text: str) -> click.Command:
     @click.argument("name", callback=_repeat_name)
-    @admin_queue_option
-    @json_option
-    @redis_url_option
-    @wire_version_option
+    @admin_verb_options
     def command(name: str, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
         async def work(client: Redis, scripts: Scripts) -> tuple[str, dict[str, Any]]:
             if verb == "remove":

@@ -9,6 +9,7 @@ import click
 from emq_worker.admin import dead_letter, render
 from emq_worker.cli.operator import (
     admin_queue_option,
+    admin_verb_options,
     dump_json,
     job_ids_callback,
     json_option,
@@ -70,10 +71,7 @@ def _report(result: dead_letter.BulkResult, verb: str, queue: str, as_json: bool
 @dead.command("retry")
 @job_ids_argument
 @all_option
-@admin_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
+@admin_verb_options
 def dead_retry(
     job_ids: tuple[JobId, ...],
     every: bool,

@@ -14,7 +14,7 @@ import click
 from emq_worker.cli import devloop
 from emq_worker.cli.dashboard import missing_extra
 from emq_worker.cli.install import pip_line
-from emq_worker.cli.options import queue_names
+from emq_worker.cli.options import queue_list_option
 from emq_worker.errors import EmqError
 from emq_worker.jobs.tasks import load_app
 from emq_worker.valkey.binary import ServerBinaryError, find_server
@@ -65,15 +65,7 @@ def _data_directory(ctx: click.Context, param: click.Parameter, value: Path | No
     type=click.Path(exists=True, file_okay=False),
     help="Directory put first on sys.path before --app is imported.",
 )
-@click.option(
-    "--queue",
-    "-q",
-    "queues",
-    multiple=True,
-    required=True,
-    callback=queue_names,
-    help="Queue to serve; repeat for several (or a,b).",
-)
+@queue_list_option("Queue to serve; repeat for several (or a,b).", required=True)
 @click.option(
     "--port",
     type=click.IntRange(1, 65535),

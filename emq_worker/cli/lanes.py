@@ -10,7 +10,14 @@ import click
 from redis.asyncio import Redis
 
 from emq_worker.admin import render
-from emq_worker.cli.operator import admin_queue_option, dump_json, json_option, report, run_admin
+from emq_worker.cli.operator import (
+    admin_queue_option,
+    admin_verb_options,
+    dump_json,
+    json_option,
+    report,
+    run_admin,
+)
 from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.errors import ConfigError
 from emq_worker.protocol import lane_verbs
@@ -60,37 +67,37 @@ def lanes_list(queue: str, top: int, as_json: bool, redis_url: str, wire_version
 
 
 @lanes_group.command("pause")
-@admin_queue_option
 @group_argument
-@json_option
-@redis_url_option
-@wire_version_option
+@admin_verb_options
 def lanes_pause(queue: str, group: str, as_json: bool, redis_url: str, wire_version: str) -> None:
     """Take GROUP's lane out of rotation: its jobs wait, its running jobs run on."""
-
-    async def work(client: Redis, scripts: Scripts) -> bool:
-        return await lane_verbs.pause_lane(Queue(client, scripts, queue), group)
-
-    now = run_admin(redis_url, wire_version, work)
-    text = f"paused lane {group!r} of queue {queue!r}" if now else f"lane {group!r} was paused"
-    report(as_json, text, {"queue": queue, "group": group, "paused": True, "was_paused": not now})
+    _set_lane_paused(queue, group, True, as_json, redis_url, wire_version)
 
 
 @lanes_group.command("resume")
-@admin_queue_option
 @group_argument
-@json_option
-@redis_url_option
-@wire_version_option
+@admin_verb_options
 def lanes_resume(queue: str, group: str, as_json: bool, redis_url: str, wire_version: str) -> None:
     """Return GROUP's lane to rotation."""
+    _set_lane_paused(queue, group, False, as_json, redis_url, wire_version)
+
+
+def _set_lane_paused(
+    queue: str, group: str, paused: bool, as_json: bool, redis_url: str, wire_version: str
+) -> None:
+    """Pause or resume GROUP's lane and say whether that changed it."""
+    verb = lane_verbs.pause_lane if paused else lane_verbs.resume_lane
 
     async def work(client: Redis, scripts: Scripts) -> bool:
-        return await lane_verbs.resume_lane(Queue(client, scripts, queue), group)
+        return await verb(Queue(client, scripts, queue), group)
 
-    was = run_admin(redis_url, wire_version, work)
-    text = f"resumed lane {group!r} of queue {queue!r}" if was else f"lane {group!r} was not paused"
-    report(as_json, text, {"queue": queue, "group": group, "paused": False, "was_paused": was})
+    changed = run_admin(redis_url, wire_version, work)
+    was_paused = not changed if paused else changed
+    done, already = ("paused", "was paused") if paused else ("resumed", "was not paused")
+    text = f"{done} lane {group!r} of queue {queue!r}" if changed else f"lane {group!r} {already}"
+    report(
+        as_json, text, {"queue": queue, "group": group, "paused": paused, "was_paused": was_paused}
+    )
 
 
 @lanes_group.command("limit")

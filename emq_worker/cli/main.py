@@ -21,7 +21,7 @@ from emq_worker.cli.options import (
     failure_message,
     log_format_option,
     log_level_option,
-    queue_names,
+    queue_list_option,
     redis_url_option,
     socket_timeout_s,
     usage_error,
@@ -62,16 +62,11 @@ def main() -> None:
 
 
 @main.command()
-@click.option(
-    "--queue",
-    "-q",
-    "queues",
-    multiple=True,
+@queue_list_option(
+    "Queue to serve; repeat for several (or a,b), served in the order given.",
     required=True,
     show_envvar=True,
     envvar="EMQ_QUEUES",
-    callback=queue_names,
-    help="Queue to serve; repeat for several (or a,b), served in the order given.",
 )
 @click.option(
     "--app",

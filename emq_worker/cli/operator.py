@@ -15,7 +15,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from emq_worker.admin import lookup, verbs
-from emq_worker.cli.options import failure_message, queue_names, socket_timeout_s
+from emq_worker.cli.options import (
+    failure_message,
+    queue_list_option,
+    queue_names,
+    redis_url_option,
+    socket_timeout_s,
+    wire_version_option,
+)
 from emq_worker.errors import EmqError, JobIdError, QueueNameError
 from emq_worker.protocol import ids
 from emq_worker.protocol.keys import validate_queue_name
@@ -25,6 +32,7 @@ from emq_worker.valkey.connection import connect
 from emq_worker.valkey.reach import explaining
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def queue_name_callback(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -54,6 +62,12 @@ admin_queue_option = click.option(
     help="The queue.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def admin_verb_options(command: F) -> F:
+    """--queue, --json, --redis-url (with --socket-timeout-ms) and --wire-version: what every
+    verb on one queue's jobs takes."""
+    return admin_queue_option(json_option(redis_url_option(wire_version_option(command))))
 
 
 def optional_queue_name(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -137,15 +151,10 @@ def report(as_json: bool, text: str, facts: dict[str, Any]) -> None:
         click.echo(text)
 
 
-queues_option = click.option(
-    "--queue",
-    "-q",
-    "queues",
-    multiple=True,
+queues_option = queue_list_option(
+    "Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
     show_envvar=True,
     envvar="EMQ_QUEUES",
-    callback=queue_names,
-    help="Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
 )
 
 

@@ -61,24 +61,28 @@ def socket_timeout_s() -> float:
     return float(value)
 
 
-socket_timeout_option = click.option(
+def env_option(flag: str, envvar: str, default: Any, **more: Any) -> Callable[[F], F]:
+    """An option that shows its environment variable and its default in --help (and takes
+    both: the command line wins over the variable, the variable over the default)."""
+    return click.option(
+        flag, show_envvar=True, envvar=envvar, default=default, show_default=True, **more
+    )
+
+
+socket_timeout_option = env_option(
     "--socket-timeout-ms",
+    "EMQ_SOCKET_TIMEOUT_MS",
+    int(DEFAULT_TIMEOUT_S * 1000),
     type=click.IntRange(min=1),
-    show_envvar=True,
-    envvar="EMQ_SOCKET_TIMEOUT_MS",
-    default=int(DEFAULT_TIMEOUT_S * 1000),
-    show_default=True,
     expose_value=False,
     callback=_keep_socket_timeout,
     help="How long a call may wait for the server's reply (and a connection to open, at most "
     "5 s) before the command fails naming the server.",
 )
-_url_option = click.option(
+_url_option = env_option(
     "--redis-url",
-    show_envvar=True,
-    envvar="EMQ_REDIS_URL",
-    default=DEFAULT_URL,
-    show_default=True,
+    "EMQ_REDIS_URL",
+    DEFAULT_URL,
     callback=_redis_url,
     help="Where Redis/Valkey is: redis://, rediss://, unix://, redis+cluster://..., or @FILE "
     "(see `emq-worker --help`).",
@@ -90,40 +94,32 @@ def redis_url_option(command: F) -> F:
     return _url_option(socket_timeout_option(command))
 
 
-app_dir_option = click.option(
+app_dir_option = env_option(
     "--app-dir",
-    show_envvar=True,
-    envvar="EMQ_APP_DIR",
-    default=".",
-    show_default=True,
+    "EMQ_APP_DIR",
+    ".",
     type=click.Path(exists=True, file_okay=False),
     help="Directory put first on sys.path before --app is imported.",
 )
-wire_version_option = click.option(
+wire_version_option = env_option(
     "--wire-version",
-    show_envvar=True,
-    envvar="EMQ_WIRE_VERSION",
-    default=DEFAULT_WIRE_VERSION,
-    show_default=True,
+    "EMQ_WIRE_VERSION",
+    DEFAULT_WIRE_VERSION,
     help="The {emq}:version this process speaks; a mismatch refuses to start.",
 )
 
-log_format_option = click.option(
+log_format_option = env_option(
     "--log-format",
+    "EMQ_LOG_FORMAT",
+    "auto",
     type=click.Choice(["auto", "json", "console"]),
-    show_envvar=True,
-    envvar="EMQ_LOG_FORMAT",
-    default="auto",
-    show_default=True,
     help="auto: console on a TTY, JSON lines otherwise.",
 )
-log_level_option = click.option(
+log_level_option = env_option(
     "--log-level",
+    "EMQ_LOG_LEVEL",
+    "info",
     type=click.Choice(["debug", "info", "warning", "error"]),
-    show_envvar=True,
-    envvar="EMQ_LOG_LEVEL",
-    default="info",
-    show_default=True,
 )
 
 
@@ -160,6 +156,13 @@ def queue_names(ctx: click.Context, param: click.Parameter, values: tuple[str, .
         return tuple(validate_queue_name(name) for name in names)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), ctx, param) from exc
+
+
+def queue_list_option(help_text: str, **more: Any) -> Callable[[F], F]:
+    """`--queue/-q`, repeatable (or a,b), checked by queue_names, read into `queues`."""
+    return click.option(
+        "--queue", "-q", "queues", multiple=True, callback=queue_names, help=help_text, **more
+    )
 
 
 def split_queues(values: tuple[str, ...]) -> tuple[str, ...]:
