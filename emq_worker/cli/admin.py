@@ -19,7 +19,7 @@ from emq_worker.cli.operator import (
     admin_verb_options,
     dump_json,
     job_ids_callback,
-    job_queue_option,
+    job_verb_options,
     json_option,
     on_job_queue,
     on_queue,
@@ -59,10 +59,7 @@ def stats(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: 
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@job_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
+@job_verb_options
 def inspect(
     job_id: JobId, queue: str | None, as_json: bool, redis_url: str, wire_version: str
 ) -> None:
@@ -136,10 +133,7 @@ def remove(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_versio
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@job_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
+@job_verb_options
 def logs(
     job_id: JobId, queue: str | None, as_json: bool, redis_url: str, wire_version: str
 ) -> None:

@@ -51,9 +51,9 @@ class DevPlan:
     queues: tuple[str, ...]
     port: int | None
     persist: Path | None
-    watch: tuple[Path, ...]
+    watch: tuple[Path, ...] = ()
     """The app's directories to watch: empty without --reload."""
-    dashboard: bool
+    dashboard: bool = True
 
 
 class Child:

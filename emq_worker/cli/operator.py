@@ -64,12 +64,6 @@ admin_queue_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
-def admin_verb_options(command: F) -> F:
-    """--queue, --json, --redis-url (with --socket-timeout-ms) and --wire-version: what every
-    verb on one queue's jobs takes."""
-    return admin_queue_option(json_option(redis_url_option(wire_version_option(command))))
-
-
 def optional_queue_name(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     return None if value is None else queue_name_callback(ctx, param, value)
 
@@ -83,6 +77,22 @@ job_queue_option = click.option(
     callback=optional_queue_name,
     help="The queue (default: the one queue that holds JOB_ID, found by a bounded scan).",
 )
+
+
+def _verb_options(queue_option: Callable[[F], F]) -> Callable[[F], F]:
+    """`queue_option`, --json, --redis-url (with --socket-timeout-ms) and --wire-version: what
+    every verb on a queue's jobs takes."""
+
+    def options(command: F) -> F:
+        return queue_option(json_option(redis_url_option(wire_version_option(command))))
+
+    return options
+
+
+admin_verb_options = _verb_options(admin_queue_option)
+"""For a verb on a named queue (--queue required)."""
+job_verb_options = _verb_options(job_queue_option)
+"""For a verb on one job (--queue optional: the queue that holds it is found)."""
 
 
 def on_job_queue(
