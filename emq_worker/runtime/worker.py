@@ -9,13 +9,12 @@ leases alive, then hand what is still held back to pending at once (fenced) and 
 from __future__ import annotations
 
 import functools
-import random
 
 import anyio
 from redis.asyncio import Redis
 
 from emq_worker.jobs.tasks import App
-from emq_worker.observe.clock import Clock, MonotonicClock
+from emq_worker.observe.clock import TimeAndChance
 from emq_worker.observe.http import HttpEndpoint
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.looplag import LoopLag, warn_after_ms
@@ -44,17 +43,16 @@ class Worker:
         app: App,
         *,
         client: Redis | None = None,
-        clock: Clock | None = None,
-        rng: random.Random | None = None,
         notifier: Notifier | None = None,
+        time_and_chance: TimeAndChance | None = None,
     ) -> None:
         self.settings = settings
         self.app = app
         self.counters = Counters()
         self.ready = anyio.Event()
         self._client = client
-        self._clock = clock or MonotonicClock()
-        self._rng = rng or random.Random()
+        seams = time_and_chance or TimeAndChance()
+        self._clock, self._rng = seams.clock, seams.rng
         self.notifier = notifier or Notifier()
         self.presence: WorkerRegistry | None = None
         self.stop = StopSignal()
