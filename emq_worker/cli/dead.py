@@ -19,6 +19,7 @@ from emq_worker.cli.operator import (
 from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
+from emq_worker.valkey.address import RedisAddress
 
 
 @click.group()
@@ -32,7 +33,9 @@ def dead() -> None:
 @json_option
 @redis_url_option
 @wire_version_option
-def dead_list(queue: str, limit: int, as_json: bool, redis_url: str, wire_version: str) -> None:
+def dead_list(
+    queue: str, limit: int, as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """The oldest dead jobs (mint order): id, attempts, last_error."""
 
     async def read(q: Queue) -> tuple[int, list[dead_letter.DeadJob]]:
@@ -77,7 +80,7 @@ def dead_retry(
     every: bool,
     queue: str,
     as_json: bool,
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
 ) -> None:
     """Return dead jobs to pending with a fresh retry budget."""
@@ -100,7 +103,7 @@ def dead_purge(
     queue: str,
     yes: bool,
     as_json: bool,
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
 ) -> None:
     """Delete dead jobs for good (rows, subkeys and dead-set members)."""

@@ -23,6 +23,7 @@ from emq_worker.errors import ConfigError
 from emq_worker.protocol import lane_verbs
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.valkey.address import RedisAddress
 
 
 def _group(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -53,7 +54,9 @@ def lanes_group() -> None:
 @json_option
 @redis_url_option
 @wire_version_option
-def lanes_list(queue: str, top: int, as_json: bool, redis_url: str, wire_version: str) -> None:
+def lanes_list(
+    queue: str, top: int, as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """The deepest lanes of QUEUE: jobs waiting, leased, the group's limit, paused."""
 
     async def work(client: Redis, scripts: Scripts) -> lane_verbs.LanesView:
@@ -69,7 +72,9 @@ def lanes_list(queue: str, top: int, as_json: bool, redis_url: str, wire_version
 @lanes_group.command("pause")
 @group_argument
 @admin_verb_options
-def lanes_pause(queue: str, group: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+def lanes_pause(
+    queue: str, group: str, as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """Take GROUP's lane out of rotation: its jobs wait, its running jobs run on."""
     _set_lane_paused(queue, group, True, as_json, redis_url, wire_version)
 
@@ -77,13 +82,15 @@ def lanes_pause(queue: str, group: str, as_json: bool, redis_url: str, wire_vers
 @lanes_group.command("resume")
 @group_argument
 @admin_verb_options
-def lanes_resume(queue: str, group: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+def lanes_resume(
+    queue: str, group: str, as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """Return GROUP's lane to rotation."""
     _set_lane_paused(queue, group, False, as_json, redis_url, wire_version)
 
 
 def _set_lane_paused(
-    queue: str, group: str, paused: bool, as_json: bool, redis_url: str, wire_version: str
+    queue: str, group: str, paused: bool, as_json: bool, redis_url: RedisAddress, wire_version: str
 ) -> None:
     """Pause or resume GROUP's lane and say whether that changed it."""
     verb = lane_verbs.pause_lane if paused else lane_verbs.resume_lane
@@ -114,7 +121,7 @@ def lanes_limit(
     limit: int | None,
     clear: bool,
     as_json: bool,
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
 ) -> None:
     """At most LIMIT jobs of GROUP leased at once, across every worker (or --clear)."""

@@ -40,6 +40,7 @@ from emq_worker.jobs.tasks import load_app, with_raw_tasks
 from emq_worker.observe import log
 from emq_worker.runtime import daemon
 from emq_worker.runtime.config import WorkerSettings
+from emq_worker.valkey.address import RedisAddress
 from emq_worker.valkey.failures import exit_code_for
 
 
@@ -105,7 +106,7 @@ def run(
     app_path: str,
     app_dir: str,
     raw_tasks: tuple[str, ...],
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
     log_format: Any,
     log_level: str,
@@ -119,7 +120,7 @@ def run(
     try:
         settings = WorkerSettings(
             queues=queues,
-            redis_url=redis_url,
+            redis_url=redis_url.url,
             wire_version=wire_version,
             process_pool=process_pool,
             check_timeout_ms=round(socket_timeout_s() * 1000),
@@ -138,7 +139,7 @@ def run(
     try:
         code = daemon.run(settings, app, parent_gone)
     except (EmqError, RedisError) as exc:
-        message = failure_message(exc, settings.redis_url)
+        message = failure_message(exc, settings.address)
         log.get_logger().error("worker_failed", error=message)
         click.echo(f"Error: {message}", err=True)
         sys.exit(exit_code_for(exc) or daemon.EXIT_FATAL)

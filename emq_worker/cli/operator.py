@@ -28,6 +28,7 @@ from emq_worker.protocol import ids
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.valkey.address import RedisAddress
 from emq_worker.valkey.connection import connect
 from emq_worker.valkey.reach import explaining
 
@@ -96,7 +97,7 @@ job_verb_options = _verb_options(job_queue_option)
 
 
 def on_job_queue(
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
     queue: str | None,
     job_id: str,
@@ -112,7 +113,7 @@ def on_job_queue(
 
 
 def run_admin(
-    redis_url: str, wire_version: str, work: Callable[[Redis, Scripts], Awaitable[T]]
+    redis_url: RedisAddress, wire_version: str, work: Callable[[Redis, Scripts], Awaitable[T]]
 ) -> T:
     """Run one admin call on a fresh (version-fenced) client, each reply waited for at most
     --socket-timeout-ms; errors exit 1 naming the value (or the server, when it did not
@@ -130,7 +131,7 @@ def run_admin(
     return run_calls(redis_url, call)
 
 
-def run_calls(redis_url: str, calls: Callable[[], Awaitable[T]]) -> T:
+def run_calls(redis_url: RedisAddress, calls: Callable[[], Awaitable[T]]) -> T:
     """`anyio.run(calls)`; an emq-worker or server error exits 1 with one line."""
     try:
         return anyio.run(calls)
@@ -141,7 +142,7 @@ def run_calls(redis_url: str, calls: Callable[[], Awaitable[T]]) -> T:
 
 
 def on_queue(
-    redis_url: str, wire_version: str, queue: str, work: Callable[[Queue], Awaitable[T]]
+    redis_url: RedisAddress, wire_version: str, queue: str, work: Callable[[Queue], Awaitable[T]]
 ) -> T:
     async def on_queue(client: Redis, scripts: Scripts) -> T:
         return await work(await verbs.open_queue(client, scripts, queue))

@@ -14,17 +14,18 @@ from click.core import ParameterSource
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, redacted, validate_url
+from emq_worker.valkey.address import RedisAddress, redacted
+from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL
 from emq_worker.valkey.credentials import with_password
 from emq_worker.valkey.failures import describe, fatal
 
 
-def _redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _redis_url(ctx: click.Context, param: click.Parameter, value: str) -> RedisAddress:
     """`@PATH` reads the URL from a file (a Docker or systemd secret), so a password never has
     to appear on a command line that `ps` shows, nor in the environment. A URL without a
     password takes one from EMQ_REDIS_PASSWORD_FILE, a systemd credential or /run/secrets."""
     try:
-        return validate_url(with_password(_url_text(value), os.environ))
+        return RedisAddress.parse(with_password(_url_text(value), os.environ))
     except ConfigError as exc:
         raise click.BadParameter(str(exc)) from exc
 
@@ -171,7 +172,7 @@ def split_queues(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(q for value in values for q in value.replace(",", " ").split(" ") if q)
 
 
-def failure_message(exc: Exception, redis_url: str) -> str:
+def failure_message(exc: Exception, redis_url: RedisAddress) -> str:
     """What went wrong, naming the server (never its password)."""
     if isinstance(exc, EmqError):
         cause = exc.__cause__

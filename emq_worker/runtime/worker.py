@@ -82,7 +82,7 @@ class Worker:
     async def run(self) -> None:
         settings = self.settings
         client = self._client or connect(
-            settings.redis_url,
+            settings.address,
             settings.wire_version,
             socket_timeout_s=settings.socket_timeout_ms / 1000,
         )
@@ -142,7 +142,7 @@ class Worker:
             return None
         dial = functools.partial(
             connect,
-            settings.redis_url,
+            settings.address,
             settings.wire_version,
             socket_timeout_s=settings.lease_ms / 1000,  # an answer later than that is no use
             connect_timeout_s=renewal_connect_timeout_s(settings.renew_interval_ms),
