@@ -4,6 +4,7 @@ names the URL it came from (password redacted)."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import SplitResult
 
 import pytest
 
@@ -24,7 +25,7 @@ class _Splits:
 @pytest.fixture
 def splits(monkeypatch: pytest.MonkeyPatch) -> _Splits:
     seen = _Splits()
-    real = urls.SplitResult
+    real = SplitResult
 
     def counted(*parts: Any) -> Any:
         seen.count += 1
