@@ -69,30 +69,30 @@ def lanes_list(
         click.echo(render.render_lanes(queue, view))
 
 
-@lanes_group.command("pause")
-@group_argument
-@admin_verb_options
-def lanes_pause(
-    queue: str, group: str, as_json: bool, redis_url: RedisAddress, wire_version: str
-) -> None:
-    """Take GROUP's lane out of rotation: its jobs wait, its running jobs run on."""
-    _set_lane_paused(queue, group, True, as_json, redis_url, wire_version)
+def _lane_verb(name: str, paused: bool, help_text: str) -> click.Command:
+    """`lanes pause` or `lanes resume`: set GROUP's lane paused or not, and say whether that
+    changed it."""
+
+    @group_argument
+    @admin_verb_options
+    def command(
+        queue: str, group: str, as_json: bool, redis_url: RedisAddress, wire_version: str
+    ) -> None:
+        _set_lane_paused(queue, group, paused, as_json, redis_url, wire_version)
+
+    command.__doc__ = help_text
+    return lanes_group.command(name)(command)
 
 
-@lanes_group.command("resume")
-@group_argument
-@admin_verb_options
-def lanes_resume(
-    queue: str, group: str, as_json: bool, redis_url: RedisAddress, wire_version: str
-) -> None:
-    """Return GROUP's lane to rotation."""
-    _set_lane_paused(queue, group, False, as_json, redis_url, wire_version)
+lanes_pause = _lane_verb(
+    "pause", True, "Take GROUP's lane out of rotation: its jobs wait, its running jobs run on."
+)
+lanes_resume = _lane_verb("resume", False, "Return GROUP's lane to rotation.")
 
 
 def _set_lane_paused(
     queue: str, group: str, paused: bool, as_json: bool, redis_url: RedisAddress, wire_version: str
 ) -> None:
-    """Pause or resume GROUP's lane and say whether that changed it."""
     verb = lane_verbs.pause_lane if paused else lane_verbs.resume_lane
 
     async def work(client: Redis, scripts: Scripts) -> bool:
