@@ -36,6 +36,7 @@ class RedisAddress:
     host: str | None
     """A single server's host name or address over TCP; None for a unix socket or a cluster."""
     port: int
+    """A single server's TCP port (6379 when the URL names none)."""
     cluster: ClusterAddress | None
     """A cluster URL's seeds, credentials and options; None for a single server."""
 
