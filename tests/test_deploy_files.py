@@ -219,7 +219,7 @@ def test_the_env_example_names_only_variables_emq_worker_reads(
     assert "EnvironmentFile" in unit_settings()
     params = parse_run([], assigned, monkeypatch)
     assert params["queues"] == ("orders",)
-    assert params["redis_url"] == assigned["EMQ_REDIS_URL"]
+    assert params["redis_url"].url == assigned["EMQ_REDIS_URL"]
 
 
 def test_compose_services_parse_and_stop_after_the_longest_graceful_stop(
@@ -231,7 +231,7 @@ def test_compose_services_parse_and_stop_after_the_longest_graceful_stop(
     assert set(env) <= emq_variables(), set(env) - emq_variables()
     assert worker["command"][0] == "run"
     params = parse_run(worker["command"][1:], env, monkeypatch)
-    assert params["redis_url"] == "redis://valkey:6379/0"
+    assert params["redis_url"].url == "redis://valkey:6379/0"
     load_app(params["app_path"], ".")
     assert seconds(worker["stop_grace_period"]) > longest_graceful_stop_s(params["grace_ms"])
 

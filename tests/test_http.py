@@ -248,14 +248,14 @@ class FakeClock:
 async def test_healthz_fails_when_the_beat_stalls(redis_url: str, queue_name: str) -> None:
     async with running_worker(http_settings(queue_name, redis_url), App()) as worker:
         assert worker.http is not None
-        beat = worker.http.collector.beat
+        beat = worker.http.exposition.collector.beat
         clock = FakeClock()
         stalled = BeatNotifier(Notifier(), clock, beat.beat_s, beat.grace_s)
         stalled.watchdog()
-        worker.http.collector.beat = stalled
+        worker.http.exposition.collector.beat = stalled
         clock.now += 3 * worker.settings.beat_ms / 1000 + BACKOFF_CAP_S + 0.5
         status, reason = await fetch(HOST, port_of(worker), "/healthz")
-        worker.http.collector.beat = beat
+        worker.http.exposition.collector.beat = beat
     assert status == 503
     assert reason.startswith("the beat last ran 5.8 s ago")
 

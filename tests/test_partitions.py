@@ -111,7 +111,9 @@ async def test_changing_n_mid_drain_loses_and_strands_nothing(
     producer = Producer(client)
     before = await producer.enqueue_many(queue_name, [JobSpec("work") for _ in range(300)])
     settings = worker_settings(queue_name, redis_url, concurrency=4)
-    worker = PartitionedWorker(settings, app, watch=RegistryWatch(0.1, plain_every_s=0.1, retire_after_ms=300))
+    worker = PartitionedWorker(
+        settings, app, watch=RegistryWatch(0.1, plain_every_s=0.1, retire_after_ms=300)
+    )
     async with anyio.create_task_group() as group:
         group.start_soon(worker.run)
         with anyio.fail_after(10):

@@ -16,6 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from emq_worker.errors import ServerUnreachableError
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.valkey.address import RedisAddress
 from emq_worker.valkey.reach import port_mismatch, reach
 from tests.chaos.proxy import Proxy
 from tests.support.processes import EMQ_WORKER, REPO_ROOT, WorkerProcesses
@@ -70,7 +71,7 @@ async def test_a_refused_connection_is_retried_then_named_refused() -> None:
     port = free_port()  # nothing listens there
     url = f"redis://127.0.0.1:{port}/0"
     with pytest.raises(ServerUnreachableError) as raised:
-        await reach(url, DEFAULT_WIRE_VERSION, get_logger(), wait_s=0.5)
+        await reach(RedisAddress.parse(url), DEFAULT_WIRE_VERSION, get_logger(), wait_s=0.5)
     message = str(raised.value)
     assert f"nothing accepts connections at 127.0.0.1:{port}" in message
     assert "TLS" not in message
@@ -109,5 +110,5 @@ async def test_only_a_tls_servers_answer_makes_the_probe_say_tls(
 
     monkeypatch.setattr(anyio, "connect_tcp", handshake)
     dropped = RedisConnectionError("Connection closed by server.")
-    hint = await port_mismatch("redis://127.0.0.1:6390/0", dropped)
+    hint = await port_mismatch(RedisAddress.parse("redis://127.0.0.1:6390/0"), dropped)
     assert (hint is not None and "rediss://" in hint) is is_tls, hint

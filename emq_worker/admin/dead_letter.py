@@ -6,7 +6,7 @@ and which named jobs they left alone (and why).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from emq_worker.errors import LockedError, StateError
@@ -87,28 +87,33 @@ async def _purge_one(queue: Queue, job_id: JobId, result: BulkResult) -> None:
 
 async def retry_dead(queue: Queue, ids: Sequence[JobId] | None) -> BulkResult:
     """Reprocess the named dead jobs, or every dead job when `ids` is None."""
-    result = BulkResult()
-    if ids is not None:
-        for job_id in ids:
-            await _retry_one(queue, job_id, result)
-        return result
-    async for page in dead_pages(queue):
-        for job_id in page:
-            await _retry_one(queue, job_id, result)
-    result.skipped.clear()  # with --all, a job reprocessed by someone else is not news
+    result = await _each_dead(queue, ids, _retry_one)
+    if ids is None:
+        result.skipped.clear()  # with --all, a job reprocessed by someone else is not news
     return result
 
 
 async def purge_dead(queue: Queue, ids: Sequence[JobId] | None) -> BulkResult:
     """Delete the named dead jobs (row, subkeys, set member), or every dead job when `ids` is
     None, each through the remove script (which refuses a held job)."""
+    result = await _each_dead(queue, ids, _purge_one)
+    if ids is None:
+        result.skipped = [(i, why) for i, why in result.skipped if why != "absent"]
+    return result
+
+
+async def _each_dead(
+    queue: Queue,
+    ids: Sequence[JobId] | None,
+    one: Callable[[Queue, JobId, BulkResult], Awaitable[None]],
+) -> BulkResult:
+    """`one` on each named job, or on every dead job page by page when `ids` is None."""
     result = BulkResult()
     if ids is not None:
         for job_id in ids:
-            await _purge_one(queue, job_id, result)
+            await one(queue, job_id, result)
         return result
     async for page in dead_pages(queue):
         for job_id in page:
-            await _purge_one(queue, job_id, result)
-    result.skipped = [(i, why) for i, why in result.skipped if why != "absent"]
+            await one(queue, job_id, result)
     return result

@@ -16,10 +16,10 @@ from redis.asyncio import Redis
 from emq_worker.admin import lookup, render, verbs
 from emq_worker.cli.dead import dead
 from emq_worker.cli.operator import (
-    admin_queue_option,
+    admin_verb_options,
     dump_json,
     job_ids_callback,
-    job_queue_option,
+    job_verb_options,
     json_option,
     on_job_queue,
     on_queue,
@@ -35,6 +35,7 @@ from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.runtime.presence import live_workers
+from emq_worker.valkey.address import RedisAddress
 
 
 @click.command()
@@ -42,7 +43,9 @@ from emq_worker.runtime.presence import live_workers
 @json_option
 @redis_url_option
 @wire_version_option
-def stats(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: str) -> None:
+def stats(
+    queues: tuple[str, ...], as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """Depths (pending, active, scheduled, dead) and counters (completed, dead_lettered) per
     queue; the JSON also gives dead_lettered as `failed`, its old name."""
     rows, found = run_admin(
@@ -59,12 +62,9 @@ def stats(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: 
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@job_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
+@job_verb_options
 def inspect(
-    job_id: JobId, queue: str | None, as_json: bool, redis_url: str, wire_version: str
+    job_id: JobId, queue: str | None, as_json: bool, redis_url: RedisAddress, wire_version: str
 ) -> None:
     """Show JOB_ID: its row, where it is, its lease, lock and scheduled time, and for a failed
     job its recent errors and traceback; for a completed job, its stored result."""
@@ -87,7 +87,9 @@ def inspect(
         click.echo(render.render_inspection(job))
 
 
-def _set_paused(queue: str, paused: bool, as_json: bool, redis_url: str, wire_version: str) -> None:
+def _set_paused(
+    queue: str, paused: bool, as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     # Not on_queue: a queue with no keys yet may be paused before its first job.
     was, count = run_admin(
         redis_url,
@@ -109,7 +111,7 @@ def _set_paused(queue: str, paused: bool, as_json: bool, redis_url: str, wire_ve
 @json_option
 @redis_url_option
 @wire_version_option
-def pause(queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+def pause(queue: str, as_json: bool, redis_url: RedisAddress, wire_version: str) -> None:
     """Stop workers claiming from QUEUE (the jobs they hold run on). A queue with no keys yet
     can be paused: its first jobs then wait."""
     _set_paused(queue, True, as_json, redis_url, wire_version)
@@ -120,18 +122,17 @@ def pause(queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
 @json_option
 @redis_url_option
 @wire_version_option
-def resume(queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+def resume(queue: str, as_json: bool, redis_url: RedisAddress, wire_version: str) -> None:
     """Let workers claim from QUEUE again."""
     _set_paused(queue, False, as_json, redis_url, wire_version)
 
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@admin_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
-def remove(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+@admin_verb_options
+def remove(
+    job_id: JobId, queue: str, as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """Delete JOB_ID (row, subkeys, set member); refused while a worker holds it."""
     on_queue(redis_url, wire_version, queue, lambda q: verbs.remove_job(q, job_id))
     text = f"removed {job_id} from queue {queue!r}"
@@ -140,12 +141,9 @@ def remove(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_versio
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@job_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
+@job_verb_options
 def logs(
-    job_id: JobId, queue: str | None, as_json: bool, redis_url: str, wire_version: str
+    job_id: JobId, queue: str | None, as_json: bool, redis_url: RedisAddress, wire_version: str
 ) -> None:
     """Print JOB_ID's job log (the lines its handler appended with ctx.append_log), oldest
     first. A completed or removed job's log is gone with it; a dead job keeps its log."""
@@ -165,7 +163,9 @@ def logs(
 @json_option
 @redis_url_option
 @wire_version_option
-def workers(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version: str) -> None:
+def workers(
+    queues: tuple[str, ...], as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """The workers alive on each queue (they announce themselves every beat) and what they hold."""
 
     async def read(client: Redis, scripts: Scripts) -> dict[str, list[dict[str, object]]]:
@@ -202,11 +202,10 @@ def workers(queues: tuple[str, ...], as_json: bool, redis_url: str, wire_version
 
 @click.command()
 @click.argument("job_id", callback=job_ids_callback)
-@admin_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
-def cancel(job_id: JobId, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+@admin_verb_options
+def cancel(
+    job_id: JobId, queue: str, as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """Stop the running JOB_ID: its worker cancels it at its next renewal tick and settles it
     dead with last_error "cancelled by an operator"."""
     on_queue(redis_url, wire_version, queue, lambda q: verbs.cancel_job(q, job_id))

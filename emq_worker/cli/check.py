@@ -18,7 +18,7 @@ from emq_worker.jobs.tasks import App, Task
 from emq_worker.protocol.replies import text
 from emq_worker.retry import format_backoff
 from emq_worker.runtime.config import WorkerSettings
-from emq_worker.valkey.connection import connect, redacted
+from emq_worker.valkey.connection import connect
 from emq_worker.valkey.reach import explaining
 
 
@@ -46,9 +46,9 @@ def server_version(info: object) -> str:
 async def _probe(settings: WorkerSettings) -> str:
     """The server's name and version, after a PING through the fenced connection."""
     timeout_s = settings.check_timeout_ms / 1000
-    client = connect(settings.redis_url, settings.wire_version, socket_timeout_s=timeout_s)
+    client = connect(settings.address, settings.wire_version, socket_timeout_s=timeout_s)
     try:
-        async with explaining(settings.redis_url):
+        async with explaining(settings.address):
             await client.ping()
             try:
                 info = await client.info("server")
@@ -69,10 +69,10 @@ def run_check(settings: WorkerSettings, app: App) -> int:
     try:
         version = anyio.run(_probe, settings)
     except (EmqError, RedisError, OSError) as exc:
-        click.echo(f"Error: {failure_message(exc, settings.redis_url)}", err=True)
+        click.echo(f"Error: {failure_message(exc, settings.address)}", err=True)
         return 1
     click.echo(
-        f"server: {redacted(settings.redis_url)} answers ({version}); "
+        f"server: {settings.address.redacted} answers ({version}); "
         f"{{emq}}:version is {settings.wire_version!r}"
     )
     click.echo("check passed")

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from emq_worker.admin import render, verbs
 from emq_worker.cli.operator import (
     admin_queue_option,
+    admin_verb_options,
     dump_json,
     json_option,
     one_queue,
@@ -35,6 +36,7 @@ from emq_worker.jobs import events as events_module
 from emq_worker.jobs import repeat
 from emq_worker.protocol import limits
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.valkey.address import RedisAddress
 from emq_worker.valkey.connection import connect
 from emq_worker.valkey.reach import explaining
 
@@ -86,7 +88,7 @@ def limit(
     rate: limits.Rate | None,
     clear: bool,
     as_json: bool,
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
 ) -> None:
     """Show or set QUEUE's concurrency ceiling and rate limit, enforced by every claim."""
@@ -124,11 +126,8 @@ def _when(ms: int | None) -> str:
 
 
 @repeat_group.command("list")
-@admin_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
-def repeat_list(queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+@admin_verb_options
+def repeat_list(queue: str, as_json: bool, redis_url: RedisAddress, wire_version: str) -> None:
     """Every repeatable job of QUEUE with its schedule and next due time (UTC)."""
 
     async def work(client: Redis, scripts: Scripts) -> list[repeat.RepeatInfo]:
@@ -156,11 +155,10 @@ def repeat_list(queue: str, as_json: bool, redis_url: str, wire_version: str) ->
 
 def _repeat_verb(verb: str, help_text: str) -> click.Command:
     @click.argument("name", callback=_repeat_name)
-    @admin_queue_option
-    @json_option
-    @redis_url_option
-    @wire_version_option
-    def command(name: str, queue: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+    @admin_verb_options
+    def command(
+        name: str, queue: str, as_json: bool, redis_url: RedisAddress, wire_version: str
+    ) -> None:
         async def work(client: Redis, scripts: Scripts) -> tuple[str, dict[str, Any]]:
             if verb == "remove":
                 if not await repeat.remove_repeat(client, queue, name):
@@ -198,7 +196,7 @@ def repeat_add(
     every_ms: int | None,
     cron: str | None,
     as_json: bool,
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
 ) -> None:
     """Register (or update) the repeat NAME: a TASK job with KWARGS (a JSON object) minted on
@@ -229,7 +227,7 @@ _repeat_verb("remove", "Delete the repeat NAME (jobs already minted stay).")
 )
 @redis_url_option
 @wire_version_option
-def events(queue: str, count: int | None, redis_url: str, wire_version: str) -> None:
+def events(queue: str, count: int | None, redis_url: RedisAddress, wire_version: str) -> None:
     """Print QUEUE's lifecycle events as they happen, one JSON object per line (at-most-once:
     what happens while this is not subscribed is not shown)."""
 

@@ -26,6 +26,7 @@ from emq_worker.dashboard.settings import (
     parse_bind,
 )
 from emq_worker.errors import ConfigError, EmqError
+from emq_worker.valkey.address import RedisAddress
 from emq_worker.valkey.connection import connect
 from emq_worker.valkey.failures import exit_code_for
 from emq_worker.valkey.reach import explaining
@@ -34,10 +35,10 @@ EXIT_UNREACHABLE = 1
 EXIT_USAGE = 2
 
 
-def reach_or_exit(settings: DashboardSettings) -> None:
-    """PING the server before serving: one line and exit 1 (3, 4: credentials, ACL) when it
-    cannot be reached, rather than uvicorn's traceback and "Application startup failed"."""
-    url = settings.redis_url
+def reach_or_exit(settings: DashboardSettings, url: RedisAddress) -> None:
+    """PING the server at `url` (the settings' URL, parsed) before serving: one line and exit 1
+    (3, 4: credentials, ACL) when it cannot be reached, rather than uvicorn's traceback and
+    "Application startup failed"."""
 
     async def ping() -> None:
         client = connect(url, settings.wire_version, socket_timeout_s=settings.socket_timeout_s)
@@ -98,7 +99,7 @@ def missing_extra() -> str | None:
     show_default=True,
 )
 def dashboard(
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
     bind: str,
     allow_actions: bool,
@@ -112,7 +113,7 @@ def dashboard(
         sys.exit(EXIT_USAGE)
     try:
         settings = DashboardSettings(
-            redis_url=redis_url,
+            redis_url=redis_url.url,
             bind=parse_bind(bind),
             wire_version=wire_version,
             allow_actions=allow_actions,
@@ -121,7 +122,7 @@ def dashboard(
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    reach_or_exit(settings)
+    reach_or_exit(settings, redis_url)
 
     import uvicorn
 

@@ -9,6 +9,7 @@ import click
 from emq_worker.admin import dead_letter, render
 from emq_worker.cli.operator import (
     admin_queue_option,
+    admin_verb_options,
     dump_json,
     job_ids_callback,
     json_option,
@@ -18,6 +19,7 @@ from emq_worker.cli.operator import (
 from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
+from emq_worker.valkey.address import RedisAddress
 
 
 @click.group()
@@ -31,7 +33,9 @@ def dead() -> None:
 @json_option
 @redis_url_option
 @wire_version_option
-def dead_list(queue: str, limit: int, as_json: bool, redis_url: str, wire_version: str) -> None:
+def dead_list(
+    queue: str, limit: int, as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """The oldest dead jobs (mint order): id, attempts, last_error."""
 
     async def read(q: Queue) -> tuple[int, list[dead_letter.DeadJob]]:
@@ -70,16 +74,13 @@ def _report(result: dead_letter.BulkResult, verb: str, queue: str, as_json: bool
 @dead.command("retry")
 @job_ids_argument
 @all_option
-@admin_queue_option
-@json_option
-@redis_url_option
-@wire_version_option
+@admin_verb_options
 def dead_retry(
     job_ids: tuple[JobId, ...],
     every: bool,
     queue: str,
     as_json: bool,
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
 ) -> None:
     """Return dead jobs to pending with a fresh retry budget."""
@@ -102,7 +103,7 @@ def dead_purge(
     queue: str,
     yes: bool,
     as_json: bool,
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
 ) -> None:
     """Delete dead jobs for good (rows, subkeys and dead-set members)."""

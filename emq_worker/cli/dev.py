@@ -4,6 +4,7 @@ the dashboard, and (--reload) a worker restart on every change to the app (see c
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -14,34 +15,27 @@ import click
 from emq_worker.cli import devloop
 from emq_worker.cli.dashboard import missing_extra
 from emq_worker.cli.install import pip_line
-from emq_worker.cli.options import queue_names
+from emq_worker.cli.options import queue_list_option
 from emq_worker.errors import EmqError
 from emq_worker.jobs.tasks import load_app
 from emq_worker.valkey.binary import ServerBinaryError, find_server
 from emq_worker.valkey.local import ServerStartError
 
 
-def _plan(
-    app: str,
-    app_dir: str,
-    queues: tuple[str, ...],
-    port: int | None,
-    persist: Path | None,
-    reload: bool,
-) -> devloop.DevPlan:
+def _plan(asked: devloop.DevPlan, reload: bool) -> devloop.DevPlan:
     """The checked plan, or a usage error naming the bad value. The app is imported here, before
     any process starts: a bad --app is one error, not a server and a dashboard started first."""
     if reload and importlib.util.find_spec("watchfiles") is None:
         raise click.UsageError(f"--reload needs watchfiles: {pip_line('dev')}")
-    watch = tuple(devloop.app_paths(app, app_dir)) if reload else ()
-    load_app(app, app_dir)
+    watch = tuple(devloop.app_paths(asked.app, asked.app_dir)) if reload else ()
+    load_app(asked.app, asked.app_dir)
     missing = missing_extra()
     if missing is not None:
         click.echo(
             f"emq-worker dev: going on without the dashboard: it needs {missing} "
             f"({pip_line('dashboard')})"
         )
-    return devloop.DevPlan(app, app_dir, queues, port, persist, watch, missing is None)
+    return dataclasses.replace(asked, watch=watch, dashboard=missing is None)
 
 
 def _data_directory(ctx: click.Context, param: click.Parameter, value: Path | None) -> Any:
@@ -65,15 +59,7 @@ def _data_directory(ctx: click.Context, param: click.Parameter, value: Path | No
     type=click.Path(exists=True, file_okay=False),
     help="Directory put first on sys.path before --app is imported.",
 )
-@click.option(
-    "--queue",
-    "-q",
-    "queues",
-    multiple=True,
-    required=True,
-    callback=queue_names,
-    help="Queue to serve; repeat for several (or a,b).",
-)
+@queue_list_option("Queue to serve; repeat for several (or a,b).", required=True)
 @click.option(
     "--port",
     type=click.IntRange(1, 65535),
@@ -107,7 +93,7 @@ def dev(
 ) -> None:
     """Run a server, a worker for --app and the dashboard for development; Ctrl-C stops all."""
     try:
-        plan = _plan(app, app_dir, queues, port, persist, reload)
+        plan = _plan(devloop.DevPlan(app, app_dir, queues, port, persist), reload)
     except EmqError as exc:
         raise click.UsageError(str(exc)) from exc
     try:

@@ -26,7 +26,7 @@ from types import FrameType
 
 from emq_worker.errors import ConfigError
 from emq_worker.valkey.binary import is_embedded
-from emq_worker.valkey.local import LocalServer, free_port
+from emq_worker.valkey.local import LocalServer, free_port, stop_process
 
 # prog_name: a child's usage error reads `Usage: emq-worker run ...`, not `Usage: -c run ...`.
 EMQ_WORKER = [
@@ -51,9 +51,9 @@ class DevPlan:
     queues: tuple[str, ...]
     port: int | None
     persist: Path | None
-    watch: tuple[Path, ...]
+    watch: tuple[Path, ...] = ()
     """The app's directories to watch: empty without --reload."""
-    dashboard: bool
+    dashboard: bool = True
 
 
 class Child:
@@ -75,14 +75,7 @@ class Child:
     def stop(self) -> None:
         """SIGTERM (the worker drains), SIGKILL past STOP_TIMEOUT_S."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=STOP_TIMEOUT_S)
+        stop_process(process, STOP_TIMEOUT_S)
 
     def restart(self) -> None:
         self.stop()

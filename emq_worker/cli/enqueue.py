@@ -21,6 +21,7 @@ from emq_worker.jobs.producer import Enqueued, Producer, check_dedup_id
 from emq_worker.jobs.tasks import load_app
 from emq_worker.protocol.ids import DEFAULT_NODE_ID
 from emq_worker.protocol.lane_verbs import PRIORITY_MAX, PRIORITY_MIN, validate_group
+from emq_worker.valkey.address import RedisAddress
 from emq_worker.valkey.reach import explaining
 
 
@@ -174,7 +175,7 @@ def enqueue(
     app_path: str | None,
     app_dir: str,
     as_json: bool,
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
     delay_ms: int | None,
     job_id: str | None,

@@ -10,12 +10,20 @@ import click
 from redis.asyncio import Redis
 
 from emq_worker.admin import render
-from emq_worker.cli.operator import admin_queue_option, dump_json, json_option, report, run_admin
+from emq_worker.cli.operator import (
+    admin_queue_option,
+    admin_verb_options,
+    dump_json,
+    json_option,
+    report,
+    run_admin,
+)
 from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.errors import ConfigError
 from emq_worker.protocol import lane_verbs
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.valkey.address import RedisAddress
 
 
 def _group(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -46,7 +54,9 @@ def lanes_group() -> None:
 @json_option
 @redis_url_option
 @wire_version_option
-def lanes_list(queue: str, top: int, as_json: bool, redis_url: str, wire_version: str) -> None:
+def lanes_list(
+    queue: str, top: int, as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """The deepest lanes of QUEUE: jobs waiting, leased, the group's limit, paused."""
 
     async def work(client: Redis, scripts: Scripts) -> lane_verbs.LanesView:
@@ -59,38 +69,42 @@ def lanes_list(queue: str, top: int, as_json: bool, redis_url: str, wire_version
         click.echo(render.render_lanes(queue, view))
 
 
-@lanes_group.command("pause")
-@admin_queue_option
-@group_argument
-@json_option
-@redis_url_option
-@wire_version_option
-def lanes_pause(queue: str, group: str, as_json: bool, redis_url: str, wire_version: str) -> None:
-    """Take GROUP's lane out of rotation: its jobs wait, its running jobs run on."""
+def _lane_verb(name: str, paused: bool, help_text: str) -> click.Command:
+    """`lanes pause` or `lanes resume`: set GROUP's lane paused or not, and say whether that
+    changed it."""
+
+    @group_argument
+    @admin_verb_options
+    def command(
+        queue: str, group: str, as_json: bool, redis_url: RedisAddress, wire_version: str
+    ) -> None:
+        _set_lane_paused(queue, group, paused, as_json, redis_url, wire_version)
+
+    command.__doc__ = help_text
+    return lanes_group.command(name)(command)
+
+
+lanes_pause = _lane_verb(
+    "pause", True, "Take GROUP's lane out of rotation: its jobs wait, its running jobs run on."
+)
+lanes_resume = _lane_verb("resume", False, "Return GROUP's lane to rotation.")
+
+
+def _set_lane_paused(
+    queue: str, group: str, paused: bool, as_json: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
+    verb = lane_verbs.pause_lane if paused else lane_verbs.resume_lane
 
     async def work(client: Redis, scripts: Scripts) -> bool:
-        return await lane_verbs.pause_lane(Queue(client, scripts, queue), group)
+        return await verb(Queue(client, scripts, queue), group)
 
-    now = run_admin(redis_url, wire_version, work)
-    text = f"paused lane {group!r} of queue {queue!r}" if now else f"lane {group!r} was paused"
-    report(as_json, text, {"queue": queue, "group": group, "paused": True, "was_paused": not now})
-
-
-@lanes_group.command("resume")
-@admin_queue_option
-@group_argument
-@json_option
-@redis_url_option
-@wire_version_option
-def lanes_resume(queue: str, group: str, as_json: bool, redis_url: str, wire_version: str) -> None:
-    """Return GROUP's lane to rotation."""
-
-    async def work(client: Redis, scripts: Scripts) -> bool:
-        return await lane_verbs.resume_lane(Queue(client, scripts, queue), group)
-
-    was = run_admin(redis_url, wire_version, work)
-    text = f"resumed lane {group!r} of queue {queue!r}" if was else f"lane {group!r} was not paused"
-    report(as_json, text, {"queue": queue, "group": group, "paused": False, "was_paused": was})
+    changed = run_admin(redis_url, wire_version, work)
+    was_paused = not changed if paused else changed
+    done, already = ("paused", "was paused") if paused else ("resumed", "was not paused")
+    text = f"{done} lane {group!r} of queue {queue!r}" if changed else f"lane {group!r} {already}"
+    report(
+        as_json, text, {"queue": queue, "group": group, "paused": paused, "was_paused": was_paused}
+    )
 
 
 @lanes_group.command("limit")
@@ -107,7 +121,7 @@ def lanes_limit(
     limit: int | None,
     clear: bool,
     as_json: bool,
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
 ) -> None:
     """At most LIMIT jobs of GROUP leased at once, across every worker (or --clear)."""

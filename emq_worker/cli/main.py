@@ -21,7 +21,7 @@ from emq_worker.cli.options import (
     failure_message,
     log_format_option,
     log_level_option,
-    queue_names,
+    queue_list_option,
     redis_url_option,
     socket_timeout_s,
     usage_error,
@@ -41,6 +41,7 @@ from emq_worker.jobs.tasks import load_app, with_raw_tasks
 from emq_worker.observe import log
 from emq_worker.runtime import daemon
 from emq_worker.runtime.config import WorkerSettings
+from emq_worker.valkey.address import RedisAddress
 from emq_worker.valkey.failures import exit_code_for
 
 
@@ -63,16 +64,11 @@ def main() -> None:
 
 
 @main.command()
-@click.option(
-    "--queue",
-    "-q",
-    "queues",
-    multiple=True,
+@queue_list_option(
+    "Queue to serve; repeat for several (or a,b), served in the order given.",
     required=True,
     show_envvar=True,
     envvar="EMQ_QUEUES",
-    callback=queue_names,
-    help="Queue to serve; repeat for several (or a,b), served in the order given.",
 )
 @click.option(
     "--app",
@@ -111,7 +107,7 @@ def run(
     app_path: str,
     app_dir: str,
     raw_tasks: tuple[str, ...],
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
     log_format: Any,
     log_level: str,
@@ -125,7 +121,7 @@ def run(
     try:
         settings = WorkerSettings(
             queues=queues,
-            redis_url=redis_url,
+            redis_url=redis_url.url,
             wire_version=wire_version,
             process_pool=process_pool,
             check_timeout_ms=round(socket_timeout_s() * 1000),
@@ -144,7 +140,7 @@ def run(
     try:
         code = daemon.run(settings, app, parent_gone)
     except (EmqError, RedisError) as exc:
-        message = failure_message(exc, settings.redis_url)
+        message = failure_message(exc, settings.address)
         log.get_logger().error("worker_failed", error=message)
         click.echo(f"Error: {message}", err=True)
         sys.exit(exit_code_for(exc) or daemon.EXIT_FATAL)

@@ -15,16 +15,25 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from emq_worker.admin import lookup, verbs
-from emq_worker.cli.options import failure_message, queue_names, socket_timeout_s
+from emq_worker.cli.options import (
+    failure_message,
+    queue_list_option,
+    queue_names,
+    redis_url_option,
+    socket_timeout_s,
+    wire_version_option,
+)
 from emq_worker.errors import EmqError, JobIdError, QueueNameError
 from emq_worker.protocol import ids
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.valkey.address import RedisAddress
 from emq_worker.valkey.connection import connect
 from emq_worker.valkey.reach import explaining
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def queue_name_callback(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -71,8 +80,24 @@ job_queue_option = click.option(
 )
 
 
+def _verb_options(queue_option: Callable[[F], F]) -> Callable[[F], F]:
+    """`queue_option`, --json, --redis-url (with --socket-timeout-ms) and --wire-version: what
+    every verb on a queue's jobs takes."""
+
+    def options(command: F) -> F:
+        return queue_option(json_option(redis_url_option(wire_version_option(command))))
+
+    return options
+
+
+admin_verb_options = _verb_options(admin_queue_option)
+"""For a verb on a named queue (--queue required)."""
+job_verb_options = _verb_options(job_queue_option)
+"""For a verb on one job (--queue optional: the queue that holds it is found)."""
+
+
 def on_job_queue(
-    redis_url: str,
+    redis_url: RedisAddress,
     wire_version: str,
     queue: str | None,
     job_id: str,
@@ -88,7 +113,7 @@ def on_job_queue(
 
 
 def run_admin(
-    redis_url: str, wire_version: str, work: Callable[[Redis, Scripts], Awaitable[T]]
+    redis_url: RedisAddress, wire_version: str, work: Callable[[Redis, Scripts], Awaitable[T]]
 ) -> T:
     """Run one admin call on a fresh (version-fenced) client, each reply waited for at most
     --socket-timeout-ms; errors exit 1 naming the value (or the server, when it did not
@@ -106,7 +131,7 @@ def run_admin(
     return run_calls(redis_url, call)
 
 
-def run_calls(redis_url: str, calls: Callable[[], Awaitable[T]]) -> T:
+def run_calls(redis_url: RedisAddress, calls: Callable[[], Awaitable[T]]) -> T:
     """`anyio.run(calls)`; an emq-worker or server error exits 1 with one line."""
     try:
         return anyio.run(calls)
@@ -117,7 +142,7 @@ def run_calls(redis_url: str, calls: Callable[[], Awaitable[T]]) -> T:
 
 
 def on_queue(
-    redis_url: str, wire_version: str, queue: str, work: Callable[[Queue], Awaitable[T]]
+    redis_url: RedisAddress, wire_version: str, queue: str, work: Callable[[Queue], Awaitable[T]]
 ) -> T:
     async def on_queue(client: Redis, scripts: Scripts) -> T:
         return await work(await verbs.open_queue(client, scripts, queue))
@@ -137,15 +162,10 @@ def report(as_json: bool, text: str, facts: dict[str, Any]) -> None:
         click.echo(text)
 
 
-queues_option = click.option(
-    "--queue",
-    "-q",
-    "queues",
-    multiple=True,
+queues_option = queue_list_option(
+    "Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
     show_envvar=True,
     envvar="EMQ_QUEUES",
-    callback=queue_names,
-    help="Queue to look at; repeat for several. Default: every queue a bounded SCAN finds.",
 )
 
 

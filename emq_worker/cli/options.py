@@ -14,17 +14,18 @@ from click.core import ParameterSource
 from emq_worker.errors import ConfigError, EmqError
 from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, redacted, validate_url
+from emq_worker.valkey.address import RedisAddress, redacted
+from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL
 from emq_worker.valkey.credentials import with_password
 from emq_worker.valkey.failures import describe, fatal
 
 
-def _redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _redis_url(ctx: click.Context, param: click.Parameter, value: str) -> RedisAddress:
     """`@PATH` reads the URL from a file (a Docker or systemd secret), so a password never has
     to appear on a command line that `ps` shows, nor in the environment. A URL without a
     password takes one from EMQ_REDIS_PASSWORD_FILE, a systemd credential or /run/secrets."""
     try:
-        return validate_url(with_password(_url_text(value), os.environ))
+        return RedisAddress.parse(with_password(_url_text(value), os.environ))
     except ConfigError as exc:
         raise click.BadParameter(str(exc)) from exc
 
@@ -61,24 +62,28 @@ def socket_timeout_s() -> float:
     return float(value)
 
 
-socket_timeout_option = click.option(
+def env_option(flag: str, envvar: str, default: Any, **more: Any) -> Callable[[F], F]:
+    """An option that shows its environment variable and its default in --help (and takes
+    both: the command line wins over the variable, the variable over the default)."""
+    return click.option(
+        flag, show_envvar=True, envvar=envvar, default=default, show_default=True, **more
+    )
+
+
+socket_timeout_option = env_option(
     "--socket-timeout-ms",
+    "EMQ_SOCKET_TIMEOUT_MS",
+    int(DEFAULT_TIMEOUT_S * 1000),
     type=click.IntRange(min=1),
-    show_envvar=True,
-    envvar="EMQ_SOCKET_TIMEOUT_MS",
-    default=int(DEFAULT_TIMEOUT_S * 1000),
-    show_default=True,
     expose_value=False,
     callback=_keep_socket_timeout,
     help="How long a call may wait for the server's reply (and a connection to open, at most "
     "5 s) before the command fails naming the server.",
 )
-_url_option = click.option(
+_url_option = env_option(
     "--redis-url",
-    show_envvar=True,
-    envvar="EMQ_REDIS_URL",
-    default=DEFAULT_URL,
-    show_default=True,
+    "EMQ_REDIS_URL",
+    DEFAULT_URL,
     callback=_redis_url,
     help="Where Redis/Valkey is: redis://, rediss://, unix://, redis+cluster://..., or @FILE "
     "(see `emq-worker --help`).",
@@ -90,40 +95,32 @@ def redis_url_option(command: F) -> F:
     return _url_option(socket_timeout_option(command))
 
 
-app_dir_option = click.option(
+app_dir_option = env_option(
     "--app-dir",
-    show_envvar=True,
-    envvar="EMQ_APP_DIR",
-    default=".",
-    show_default=True,
+    "EMQ_APP_DIR",
+    ".",
     type=click.Path(exists=True, file_okay=False),
     help="Directory put first on sys.path before --app is imported.",
 )
-wire_version_option = click.option(
+wire_version_option = env_option(
     "--wire-version",
-    show_envvar=True,
-    envvar="EMQ_WIRE_VERSION",
-    default=DEFAULT_WIRE_VERSION,
-    show_default=True,
+    "EMQ_WIRE_VERSION",
+    DEFAULT_WIRE_VERSION,
     help="The {emq}:version this process speaks; a mismatch refuses to start.",
 )
 
-log_format_option = click.option(
+log_format_option = env_option(
     "--log-format",
+    "EMQ_LOG_FORMAT",
+    "auto",
     type=click.Choice(["auto", "json", "console"]),
-    show_envvar=True,
-    envvar="EMQ_LOG_FORMAT",
-    default="auto",
-    show_default=True,
     help="auto: console on a TTY, JSON lines otherwise.",
 )
-log_level_option = click.option(
+log_level_option = env_option(
     "--log-level",
+    "EMQ_LOG_LEVEL",
+    "info",
     type=click.Choice(["debug", "info", "warning", "error"]),
-    show_envvar=True,
-    envvar="EMQ_LOG_LEVEL",
-    default="info",
-    show_default=True,
 )
 
 
@@ -162,13 +159,20 @@ def queue_names(ctx: click.Context, param: click.Parameter, values: tuple[str, .
         raise click.BadParameter(str(exc), ctx, param) from exc
 
 
+def queue_list_option(help_text: str, **more: Any) -> Callable[[F], F]:
+    """`--queue/-q`, repeatable (or a,b), checked by queue_names, read into `queues`."""
+    return click.option(
+        "--queue", "-q", "queues", multiple=True, callback=queue_names, help=help_text, **more
+    )
+
+
 def split_queues(values: tuple[str, ...]) -> tuple[str, ...]:
     """`--queue a --queue b`, or EMQ_QUEUES="a,b" / "a b". Only commas and spaces separate: a
     newline or tab stays in the name, which is then refused naming it (never two queues)."""
     return tuple(q for value in values for q in value.replace(",", " ").split(" ") if q)
 
 
-def failure_message(exc: Exception, redis_url: str) -> str:
+def failure_message(exc: Exception, redis_url: RedisAddress) -> str:
     """What went wrong, naming the server (never its password)."""
     if isinstance(exc, EmqError):
         cause = exc.__cause__

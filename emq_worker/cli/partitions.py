@@ -13,6 +13,7 @@ from emq_worker.cli.operator import dump_json, json_option, queue_name_callback,
 from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.protocol.partition_names import MAX_PARTITIONS
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.valkey.address import RedisAddress
 
 
 def render_partitions(view: PartitionView) -> str:
@@ -36,7 +37,7 @@ def render_partitions(view: PartitionView) -> str:
 @redis_url_option
 @wire_version_option
 def partitions(
-    queue: str, count: int | None, as_json: bool, redis_url: str, wire_version: str
+    queue: str, count: int | None, as_json: bool, redis_url: RedisAddress, wire_version: str
 ) -> None:
     """Show QUEUE's partitions, or with N split it into N partitions from now on: producers
     send new jobs over the N, workers given -q QUEUE serve them and drain the old ones."""

@@ -11,7 +11,7 @@ from typing import NoReturn
 import click
 from click.core import ParameterSource
 
-from emq_worker.cli.options import usage_error
+from emq_worker.cli.options import env_option, usage_error
 from emq_worker.errors import ConfigError
 from emq_worker.fleet import parent
 from emq_worker.fleet.orphan import PARENT_GONE, join_fleet
@@ -39,25 +39,21 @@ def process_count(ctx: click.Context, param: click.Parameter, value: object) -> 
     )
 
 
-processes_option = click.option(
+processes_option = env_option(
     "--processes",
+    "EMQ_PROCESSES",
+    "1",
     callback=process_count,
     metavar="N|auto",
-    show_envvar=True,
-    envvar="EMQ_PROCESSES",
-    default="1",
-    show_default=True,
     help="Worker processes under one parent (auto: one per core); each is a whole worker with "
     "its own beat and leases. The parent restarts a crashed one and stops them all on SIGTERM.",
 )
-process_pool_option = click.option(
+process_pool_option = env_option(
     "--process-pool",
+    "EMQ_PROCESS_POOL",
+    AUTO,
     callback=process_count,
     metavar="N|auto",
-    show_envvar=True,
-    envvar="EMQ_PROCESS_POOL",
-    default=AUTO,
-    show_default=True,
     help='Processes at most (per worker process) for tasks declared executor="process".',
 )
 

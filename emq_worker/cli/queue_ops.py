@@ -9,6 +9,7 @@ import click
 from emq_worker.admin import whole_queue
 from emq_worker.cli.operator import json_option, on_queue, one_queue, report
 from emq_worker.cli.options import redis_url_option, wire_version_option
+from emq_worker.valkey.address import RedisAddress
 
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
@@ -23,7 +24,12 @@ yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for conf
 @redis_url_option
 @wire_version_option
 def drain(
-    queue: str, scheduled: bool, yes: bool, as_json: bool, redis_url: str, wire_version: str
+    queue: str,
+    scheduled: bool,
+    yes: bool,
+    as_json: bool,
+    redis_url: RedisAddress,
+    wire_version: str,
 ) -> None:
     """Delete QUEUE's pending jobs (and, with --scheduled, its scheduled ones) with their keys;
     active jobs run on, dead jobs stay. `clear` is another name for it."""
@@ -52,7 +58,9 @@ clear = click.Command(
 @yes_option
 @redis_url_option
 @wire_version_option
-def obliterate(queue: str, force: bool, yes: bool, redis_url: str, wire_version: str) -> None:
+def obliterate(
+    queue: str, force: bool, yes: bool, redis_url: RedisAddress, wire_version: str
+) -> None:
     """Delete QUEUE: every job, counter and key under emq:{QUEUE}: (a live worker's presence
     excepted). QUEUE must be paused; active jobs refuse unless --force. Ends unpaused."""
     if not yes:

@@ -12,6 +12,7 @@ from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.jobs.results import wait_result
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
+from emq_worker.valkey.address import RedisAddress
 
 
 @click.command()
@@ -29,7 +30,7 @@ from emq_worker.protocol.queue import Queue
 @redis_url_option
 @wire_version_option
 def result(
-    job_id: JobId, queue: str | None, wait_s: float, redis_url: str, wire_version: str
+    job_id: JobId, queue: str | None, wait_s: float, redis_url: RedisAddress, wire_version: str
 ) -> None:
     """Print JOB_ID's stored return value as JSON (its task or enqueue set result_ttl_ms).
 

@@ -11,6 +11,7 @@ from emq_worker.cli.operator import json_option, report, run_admin
 from emq_worker.cli.options import redis_url_option, wire_version_option
 from emq_worker.protocol import control
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.valkey.address import RedisAddress
 
 DONE = {
     control.QUIET: "claims nothing new from its next beat on and finishes the jobs it holds",
@@ -24,7 +25,7 @@ def _ask_command(asked: str, summary: str) -> click.Command:
     @json_option
     @redis_url_option
     @wire_version_option
-    def ask(worker_id: str, as_json: bool, redis_url: str, wire_version: str) -> None:
+    def ask(worker_id: str, as_json: bool, redis_url: RedisAddress, wire_version: str) -> None:
         async def write(client: Redis, scripts: Scripts) -> str:
             async def queues() -> tuple[str, ...]:
                 return (await verbs.discover_queues(client)).queues

@@ -12,10 +12,9 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from emq_worker.admin import dead_letter, verbs, worker_control
 from emq_worker.dashboard.confirm import Ask, ask_first, confirmed
-from emq_worker.dashboard.forms import read_form
+from emq_worker.dashboard.forms import guarded_form
 from emq_worker.dashboard.params import job_param, open_queue
 from emq_worker.dashboard.runtime import dashboard, flash
-from emq_worker.dashboard.security import CSRF_FIELD, cross_origin
 from emq_worker.errors import ConfigError
 from emq_worker.protocol import control, ids
 from emq_worker.protocol.names import JobId
@@ -32,13 +31,9 @@ def guarded(action: Action) -> Callable[[Request], Awaitable[Response]]:
             return PlainTextResponse(
                 "actions are off: start the dashboard with --allow-actions", status_code=403
             )
-        cross = cross_origin(request)  # before reading a byte of another site's form
-        if cross:
-            return PlainTextResponse(cross, status_code=403)
-        form = await read_form(request)
-        refusal = guard.refuse_post(request, str(form.get(CSRF_FIELD, "")))
-        if refusal:
-            return PlainTextResponse(refusal, status_code=403)
+        form = await guarded_form(request, guard)
+        if isinstance(form, Response):
+            return form
         return await action(request, form)
 
     return endpoint

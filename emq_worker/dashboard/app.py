@@ -18,13 +18,11 @@ from starlette.types import ExceptionHandler
 
 from emq_worker.admin import verbs, worker_control
 from emq_worker.dashboard import actions, api, bulk_actions, groups, pages, views
-from emq_worker.dashboard.forms import read_form
+from emq_worker.dashboard.forms import guarded_form
 from emq_worker.dashboard.runtime import Dashboard, dashboard, render, templates
 from emq_worker.dashboard.security import (
-    CSRF_FIELD,
     Guard,
     GuardMiddleware,
-    cross_origin,
     set_session_cookie,
 )
 from emq_worker.dashboard.settings import DashboardSettings
@@ -47,13 +45,9 @@ async def login(request: Request) -> Response:
     guard = dashboard(request).guard
     if guard.token is None:
         return RedirectResponse("/", status_code=303)
-    cross = cross_origin(request)
-    if cross:
-        return PlainTextResponse(cross, status_code=403)
-    form = await read_form(request)
-    refusal = guard.refuse_post(request, str(form.get(CSRF_FIELD, "")))
-    if refusal:
-        return PlainTextResponse(refusal, status_code=403)
+    form = await guarded_form(request, guard)
+    if isinstance(form, Response):
+        return form
     if not guard.token_matches(str(form.get("token", ""))):
         return render(request, "login.html", status=401, failed=True)
     response = RedirectResponse("/", status_code=303)

@@ -5,7 +5,7 @@ are known only while the settled log still lists their attempt (its last SETTLED
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -29,14 +29,7 @@ class Attempt:
     error: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "outcome": self.outcome,
-            "at_ms": self.at_ms,
-            "worker": self.worker,
-            "ms": self.ms,
-            "error": self.error,
-        }
+        return asdict(self)
 
 
 async def holder_of(client: Redis, queue: str, job_id: str, attempt: int) -> Holder | None:

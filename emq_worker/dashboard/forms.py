@@ -10,7 +10,9 @@ from urllib.parse import parse_qsl
 
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 
+from emq_worker.dashboard.security import CSRF_FIELD, Guard, cross_origin
 from emq_worker.errors import ConfigError
 
 MAX_FORM_BYTES = 64 * 1024
@@ -39,3 +41,16 @@ async def read_form(request: Request) -> FormData:
         raise ConfigError(f"malformed form: {exc}") from exc
     values: list[tuple[str, str | UploadFile]] = list(fields)
     return FormData(values)
+
+
+async def guarded_form(request: Request, guard: Guard) -> FormData | Response:
+    """The posted form once the guard lets it through, else the 403 that refuses it (a post
+    from another site, or without the session's CSRF token)."""
+    cross = cross_origin(request)  # before reading a byte of another site's form
+    if cross:
+        return PlainTextResponse(cross, status_code=403)
+    form = await read_form(request)
+    refusal = guard.refuse_post(request, str(form.get(CSRF_FIELD, "")))
+    if refusal:
+        return PlainTextResponse(refusal, status_code=403)
+    return form

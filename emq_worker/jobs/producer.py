@@ -53,6 +53,7 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.queue_names import ProducerNames
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.protocol.values import NewJob, ScheduleMode
+from emq_worker.valkey.address import RedisAddress, address_of
 from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, connect
 from emq_worker.valkey.reach import naming_server
 
@@ -139,14 +140,18 @@ def _when(delay_ms: int | None, run_at: dt.datetime | None) -> tuple[ScheduleMod
 
 class Producer:
     def __init__(
-        self, client: Redis, *, node_id: int = DEFAULT_NODE_ID, url: str | None = None
+        self,
+        client: Redis,
+        *,
+        node_id: int = DEFAULT_NODE_ID,
+        url: str | RedisAddress | None = None,
     ) -> None:
         """`url`, the server `client` talks to, is named (password redacted) in the error a
         call the server did not answer raises; without it redis-py's own error is raised."""
         self.client = client
         self.scripts = Scripts()
         self.minter = SnowflakeMinter(node_id)
-        self.url = url
+        self.address = None if url is None else address_of(url)
         self._queues: dict[str, Queue] = {}
         self._names = ProducerNames(client)
         self.router = PartitionRouter(client)
@@ -154,7 +159,7 @@ class Producer:
     @classmethod
     def from_url(
         cls,
-        url: str = DEFAULT_URL,
+        url: str | RedisAddress = DEFAULT_URL,
         *,
         node_id: int = DEFAULT_NODE_ID,
         wire_version: str = DEFAULT_WIRE_VERSION,
@@ -162,11 +167,12 @@ class Producer:
     ) -> Producer:
         """A producer on its own client. `socket_timeout_s` bounds each wait for the server's
         reply and for a connection to open (at most 5 s); None waits for ever."""
-        client = connect(url, wire_version, socket_timeout_s=socket_timeout_s)
-        return cls(client, node_id=node_id, url=url)
+        address = address_of(url)
+        client = connect(address, wire_version, socket_timeout_s=socket_timeout_s)
+        return cls(client, node_id=node_id, url=address)
 
     def _naming_server(self) -> AbstractContextManager[None]:
-        return nullcontext() if self.url is None else naming_server(self.url)
+        return nullcontext() if self.address is None else naming_server(self.address)
 
     async def aclose(self) -> None:
         await self.client.aclose()

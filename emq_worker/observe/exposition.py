@@ -9,7 +9,9 @@ that reads them when scraped.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sized
+from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -71,67 +73,8 @@ class WorkerCollector(Collector):
         self.loop_lag: LoopLag | None = None
 
     def collect(self) -> Iterable[Metric]:
-        c = self.counters
-        yield _counter("emq_jobs_claimed", "Jobs this worker leased.", c.claimed)
-        yield _counter(
-            "emq_jobs_handed_off",
-            "Of the jobs leased, those an enqueue handed straight to this worker's offer.",
-            c.handed_off,
-        )
-        yield _counter("emq_jobs_completed", "Jobs whose completion was written.", c.completed)
-        yield _counter("emq_jobs_retried", "Failed jobs sent back for a retry.", c.retried)
-        yield _counter(
-            "emq_jobs_failed", "Deprecated: the old name of emq_jobs_retried_total.", c.retried
-        )
-        dead = CounterMetricFamily(
-            "emq_jobs_dead_lettered",
-            "Jobs moved to dead: by a failure's settle, or by the reaper (attempts used up).",
-            labels=["via"],
-        )
-        dead.add_metric(["settle"], c.dead_lettered)
-        dead.add_metric(["reap"], c.reaped_dead)
-        yield dead
-        jobs = CounterMetricFamily(
-            "emq_jobs",
-            "Settled jobs per queue, task and outcome (completed, retried, dead_lettered).",
-            labels=["queue", "task", "outcome"],
-        )
-        for labels, value in c.by_task.items():
-            jobs.add_metric(labels, value)
-        yield jobs
-        events = CounterMetricFamily(
-            "emq_queue_events",
-            "Lease events per queue: claimed, reaped (back to pending or dead), fenced writes.",
-            labels=["queue", "event"],
-        )
-        for (queue, event), count in c.by_queue.items():
-            events.add_metric([queue, event], count)
-        yield events
-        durations = HistogramMetricFamily(
-            "emq_job_duration_seconds",
-            "Time the handler ran, per queue and task, for the jobs counted in emq_jobs_total.",
-            labels=["queue", "task"],
-        )
-        for key, histogram in c.durations.items():
-            durations.add_metric(
-                key,
-                list(zip(DURATION_LE, histogram.cumulative(), strict=True)),
-                histogram.sum,
-            )
-        yield durations
-        yield _counter("emq_leases_reaped", "Expired leases returned to pending.", c.reaped)
-        yield _counter(
-            "emq_writes_fenced", "Writes refused: another holder owns the job.", c.fenced
-        )
-        yield _counter("emq_leases_lost", "Held leases the server reported lost.", c.leases_lost)
-        yield _counter(
-            "emq_leases_self_fenced", "Leases given up after renewals failed.", c.self_fenced
-        )
-        yield _counter("emq_jobs_promoted", "Scheduled jobs made pending.", c.promoted)
-        yield _counter("emq_leases_released", "Leases handed back at shutdown.", c.released)
-        yield _counter(
-            "emq_renew_failures", "Renew calls that failed to reach Redis.", c.renew_failures
-        )
+        yield from _job_metrics(self.counters)
+        yield from _lease_metrics(self.counters)
         yield GaugeMetricFamily("emq_jobs_in_flight", "Leases held now.", value=len(self.book))
         if self.beat.last_beat is not None:
             lag = self.beat.clock.monotonic() - self.beat.last_beat
@@ -139,17 +82,102 @@ class WorkerCollector(Collector):
         if self.loop_lag is not None:
             yield from _loop_lag_metrics(self.loop_lag)
         if self.depths:
-            depth = GaugeMetricFamily(
-                "emq_queue_depth",
-                "Jobs per queue and state (read when scraped).",
-                labels=["queue", "state"],
-            )
-            for name, counts in self.depths.items():
-                for state in ("pending", "active", "scheduled", "dead"):
-                    depth.add_metric([name, state], getattr(counts, state))
-            yield depth
+            yield _depth_metric(self.depths)
         if any(view.groups for view in self.lanes.values()):
             yield from _lane_metrics(self.lanes)
+
+
+@dataclass(frozen=True, slots=True)
+class Exposition:
+    """What /metrics serves: the worker's collector, registered in `registry` beside the
+    renewal sweep's instruments."""
+
+    collector: WorkerCollector
+    registry: CollectorRegistry
+
+    def latest(self, depths: dict[str, Counts], lanes: dict[str, LanesView]) -> bytes:
+        """The text exposition, with the queue depths and lanes just read."""
+        self.collector.depths = depths
+        self.collector.lanes = lanes
+        return generate_latest(self.registry)
+
+
+def _job_metrics(c: Counters) -> Iterable[Metric]:
+    """What happened to the jobs: leased, settled (per queue and task), how long they ran."""
+    yield _counter("emq_jobs_claimed", "Jobs this worker leased.", c.claimed)
+    yield _counter(
+        "emq_jobs_handed_off",
+        "Of the jobs leased, those an enqueue handed straight to this worker's offer.",
+        c.handed_off,
+    )
+    yield _counter("emq_jobs_completed", "Jobs whose completion was written.", c.completed)
+    yield _counter("emq_jobs_retried", "Failed jobs sent back for a retry.", c.retried)
+    yield _counter(
+        "emq_jobs_failed", "Deprecated: the old name of emq_jobs_retried_total.", c.retried
+    )
+    dead = CounterMetricFamily(
+        "emq_jobs_dead_lettered",
+        "Jobs moved to dead: by a failure's settle, or by the reaper (attempts used up).",
+        labels=["via"],
+    )
+    dead.add_metric(["settle"], c.dead_lettered)
+    dead.add_metric(["reap"], c.reaped_dead)
+    yield dead
+    jobs = CounterMetricFamily(
+        "emq_jobs",
+        "Settled jobs per queue, task and outcome (completed, retried, dead_lettered).",
+        labels=["queue", "task", "outcome"],
+    )
+    for labels, value in c.by_task.items():
+        jobs.add_metric(labels, value)
+    yield jobs
+    events = CounterMetricFamily(
+        "emq_queue_events",
+        "Lease events per queue: claimed, reaped (back to pending or dead), fenced writes.",
+        labels=["queue", "event"],
+    )
+    for (queue, event), count in c.by_queue.items():
+        events.add_metric([queue, event], count)
+    yield events
+    durations = HistogramMetricFamily(
+        "emq_job_duration_seconds",
+        "Time the handler ran, per queue and task, for the jobs counted in emq_jobs_total.",
+        labels=["queue", "task"],
+    )
+    for key, histogram in c.durations.items():
+        durations.add_metric(
+            key,
+            list(zip(DURATION_LE, histogram.cumulative(), strict=True)),
+            histogram.sum,
+        )
+    yield durations
+
+
+def _lease_metrics(c: Counters) -> Iterable[Metric]:
+    """What happened to the leases and the scheduled jobs the beat tends."""
+    yield _counter("emq_leases_reaped", "Expired leases returned to pending.", c.reaped)
+    yield _counter("emq_writes_fenced", "Writes refused: another holder owns the job.", c.fenced)
+    yield _counter("emq_leases_lost", "Held leases the server reported lost.", c.leases_lost)
+    yield _counter(
+        "emq_leases_self_fenced", "Leases given up after renewals failed.", c.self_fenced
+    )
+    yield _counter("emq_jobs_promoted", "Scheduled jobs made pending.", c.promoted)
+    yield _counter("emq_leases_released", "Leases handed back at shutdown.", c.released)
+    yield _counter(
+        "emq_renew_failures", "Renew calls that failed to reach Redis.", c.renew_failures
+    )
+
+
+def _depth_metric(depths: dict[str, Counts]) -> Metric:
+    depth = GaugeMetricFamily(
+        "emq_queue_depth",
+        "Jobs per queue and state (read when scraped).",
+        labels=["queue", "state"],
+    )
+    for name, counts in depths.items():
+        for state in ("pending", "active", "scheduled", "dead"):
+            depth.add_metric([name, state], getattr(counts, state))
+    return depth
 
 
 def _lane_metrics(lanes: dict[str, LanesView]) -> Iterable[Metric]:

@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 import anyio
 from anyio.abc import TaskStatus
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from emq_worker.errors import ConfigError, EmqError
-from emq_worker.observe.exposition import WorkerCollector
+from emq_worker.observe.exposition import Exposition
 from emq_worker.observe.log import get_logger
 from emq_worker.protocol.lane_verbs import LanesView, read_lanes
 from emq_worker.protocol.queue import Queue
@@ -149,15 +149,13 @@ class HttpEndpoint(ProbeServer):
         address: str,
         client: Redis,
         queues: dict[str, Queue],
-        collector: WorkerCollector,
-        registry: CollectorRegistry,
+        exposition: Exposition,
         stopping: Callable[[], bool],
     ) -> None:
         super().__init__(address)
         self.client = client
         self.queues = queues
-        self.collector = collector
-        self.registry = registry
+        self.exposition = exposition
         self.stopping = stopping
 
     async def metrics(self) -> bytes:
@@ -169,15 +167,13 @@ class HttpEndpoint(ProbeServer):
                 lanes[name] = await read_lanes(queue)
         except RedisError as exc:
             self.log.warning("metrics_depth_failed", error=str(exc))
-        self.collector.depths = depths
-        self.collector.lanes = lanes
-        return generate_latest(self.registry)
+        return self.exposition.latest(depths, lanes)
 
     def health(self) -> str | None:
         """Why the worker is not alive, or None. A draining worker is alive without a beat."""
         if self.stopping():
             return None
-        beat = self.collector.beat
+        beat = self.exposition.collector.beat
         return beat_stale(beat.last_beat, beat.clock.monotonic(), beat.beat_s, beat.grace_s)
 
     async def readiness(self) -> str | None:

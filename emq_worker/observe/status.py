@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from structlog.typing import FilteringBoundLogger
 
@@ -12,23 +13,17 @@ STATUS_EVERY_S = 1.0
 """The most often the beat reports what it holds to the service manager (systemd STATUS=)."""
 
 
+@dataclass(eq=False)
 class BeatStatus:
     """`report()` the held jobs at most every STATUS_EVERY_S; `note_pause()` logs a queue's
     pause and resume once each."""
 
-    def __init__(
-        self,
-        notifier: Notifier,
-        queue_names: Sequence[str],
-        concurrency: int,
-        log: FilteringBoundLogger,
-    ) -> None:
-        self.notifier = notifier
-        self.queue_names = queue_names
-        self.concurrency = concurrency
-        self.log = log
-        self.paused_seen: set[str] = set()
-        self._next_status = 0.0
+    notifier: Notifier
+    queue_names: Sequence[str]
+    concurrency: int
+    log: FilteringBoundLogger
+    paused_seen: set[str] = field(default_factory=set, init=False)
+    _next_status: float = field(default=0.0, init=False)
 
     def report(self, now: float, held: int, completed: int) -> None:
         """Tell the service manager what is held, at most every STATUS_EVERY_S."""

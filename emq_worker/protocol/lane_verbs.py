@@ -9,7 +9,7 @@ score where it waits: lower is claimed first, mint order within a priority.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from emq_worker.errors import ConfigError
@@ -59,13 +59,7 @@ class Lane:
     paused: bool
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "waiting": self.waiting,
-            "active": self.active,
-            "limit": self.limit,
-            "paused": self.paused,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +77,7 @@ class LanesView:
     deepest: tuple[Lane, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "groups": self.groups,
-            "waiting": self.waiting,
-            "serviceable": self.serviceable,
-            "complete": self.complete,
-            "deepest": [lane.as_dict() for lane in self.deepest],
-        }
+        return {**asdict(self), "deepest": [lane.as_dict() for lane in self.deepest]}
 
 
 NO_LANES = LanesView(0, 0, 0, True, ())

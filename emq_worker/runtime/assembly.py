@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from emq_worker.jobs.process_pool import ProcessPool
 from emq_worker.jobs.repeat import RepeatFirer
 from emq_worker.jobs.tasks import App
-from emq_worker.observe.exposition import BeatNotifier, WorkerCollector
+from emq_worker.observe.exposition import BeatNotifier, Exposition, WorkerCollector
 from emq_worker.observe.http import HttpEndpoint
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.looplag import LoopLag
@@ -97,8 +97,9 @@ def assemble(state: WorkerState, app: App, connections: Connections, observers: 
     collector.loop_lag = observers.loop_lag
     metrics.register(collector)
     assert settings.http is not None
+    exposition = Exposition(collector, metrics)
     http = HttpEndpoint(
-        settings.http, connections.client, state.queues, collector, metrics, observers.stopping
+        settings.http, connections.client, state.queues, exposition, observers.stopping
     )
     return Parts(state, batcher, runner.pool, supervisor, beat.history, metered, http)
 

@@ -13,7 +13,8 @@ from emq_worker.protocol.keys import validate_queue_name
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.values import DEFAULT_COMPLETED_TTL_MS
 from emq_worker.retry import DEFAULT_BACKOFF, Backoff
-from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL, validate_url
+from emq_worker.valkey.address import RedisAddress
+from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, DEFAULT_URL
 
 RECEIPT_MARGIN_MS = 5_000
 """How much longer than the longest retry a settle receipt (or a claim memo) answers a re-send."""
@@ -121,6 +122,9 @@ class WorkerSettings:
     `run --check`): each attempt ends within it. Once serving, the worker's own connection
     waits longer than its park (`socket_timeout_ms`)."""
 
+    address: RedisAddress = field(init=False, repr=False, compare=False)
+    """`redis_url` parsed once, here: what the worker connects and names the server with."""
+
     @property
     def policy(self) -> Policy:
         """The worker's default job policy, under each task's and each job's (keeps no result)."""
@@ -133,7 +137,7 @@ class WorkerSettings:
             validate_queue_name(queue)
         if len(set(self.queues)) != len(self.queues):
             raise ConfigError(f"queues must be distinct; got {list(self.queues)}", setting="queues")
-        validate_url(self.redis_url)
+        object.__setattr__(self, "address", RedisAddress.parse(self.redis_url))
         _at_least("concurrency", self.concurrency, 1)
         _at_least("lease_ms", self.lease_ms, 30)
         _at_least("beat_ms", self.beat_ms, 10)

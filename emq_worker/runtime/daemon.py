@@ -73,7 +73,7 @@ async def serve(
     again at each step of the child's reparenting)."""
     wait_s = settings.connect_wait_ms / 1000
     timeout_s = settings.check_timeout_ms / 1000
-    await reach(settings.redis_url, settings.wire_version, get_logger(), wait_s, timeout_s)
+    await reach(settings.address, settings.wire_version, get_logger(), wait_s, timeout_s)
     worker = PartitionedWorker(settings, app, notifier=notifier)
     outcome = ExitStatus()
     try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import InitVar, dataclass, field
 
 import anyio
 from redis.asyncio import Redis
@@ -38,21 +39,19 @@ USABLE_WAKE_TYPES = frozenset({b"list", b"none", "list", "none"})
 """What TYPE answers for a wake key BLPOP can wait on (bytes, or str with decode_responses)."""
 
 
+@dataclass(eq=False)
 class QueueIsolation:
     """Which queues the beat serves now; logs `queue_failed` and `queue_recovered`."""
 
-    def __init__(
-        self,
-        client: Redis,
-        queues: Sequence[Queue],
-        clock: Clock,
-        rng: random.Random,
-        log: FilteringBoundLogger,
-    ) -> None:
-        self.client = client
-        self.queues = queues
-        self.clock = clock
-        self.log = log
+    client: Redis
+    queues: Sequence[Queue]
+    clock: Clock
+    rng: InitVar[random.Random]
+    """Jitters each resting queue's backoff (queue_health.py)."""
+    log: FilteringBoundLogger
+    health: QueueHealth = field(init=False)
+
+    def __post_init__(self, rng: random.Random) -> None:
         self.health = QueueHealth(rng)
 
     def ready(self) -> list[Queue]:

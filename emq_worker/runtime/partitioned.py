@@ -4,9 +4,10 @@ At start each name given is looked up in the partition registry (protocol/partit
 queue is served as it is; a partitioned one by its current partitions, the partitions of every
 generation not yet retired, and the logical name itself. While it runs, the registry is read again
 every WATCH_S while a name it was given is partitioned (one SMISMEMBER, plus one HGETALL per
-partitioned queue), every PLAIN_WATCH_S while none is (one SMISMEMBER: an idle worker's cost); when what is to be served
-has changed (N was set, a generation retired), the inner Worker is stopped gracefully (running jobs
-finish within the grace period, the rest are handed back) and a new one serves the new set. The
+partitioned queue), every PLAIN_WATCH_S while none is (one SMISMEMBER: an idle worker's cost);
+when what is to be served has changed (N was set, a generation retired), the inner Worker is
+stopped gracefully (running jobs finish within the grace period, the rest are handed back) and a
+new one serves the new set. The
 same look retires each superseded generation once it is drained (any worker may; it is one HDEL).
 """
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import random
 from collections.abc import AsyncIterator
 
 import anyio
 from redis.asyncio import Redis
 
 from emq_worker.jobs.tasks import App
-from emq_worker.observe.clock import Clock, MonotonicClock
+from emq_worker.observe.clock import TimeAndChance
 from emq_worker.observe.http import HttpEndpoint
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.looplag import LoopLag, warn_after_ms
@@ -47,7 +46,7 @@ async def worker_client(settings: WorkerSettings, given: Redis | None) -> AsyncI
         yield given
         return
     client = connect(
-        settings.redis_url,
+        settings.address,
         settings.wire_version,
         socket_timeout_s=settings.socket_timeout_ms / 1000,
     )
@@ -64,17 +63,16 @@ class Worker:
         app: App,
         *,
         client: Redis | None = None,
-        clock: Clock | None = None,
-        rng: random.Random | None = None,
         notifier: Notifier | None = None,
+        time_and_chance: TimeAndChance | None = None,
     ) -> None:
         self.settings = settings
         self.app = app
         self.counters = Counters()
         self.ready = anyio.Event()
         self._client = client
-        self._clock = clock or MonotonicClock()
-        self._rng = rng or random.Random()
+        seams = time_and_chance or TimeAndChance()
+        self._clock, self._rng = seams.clock, seams.rng
         self.notifier = notifier or Notifier()
         self.presence: WorkerRegistry | None = None
         self.stop = StopSignal()
@@ -155,7 +153,7 @@ class Worker:
             return None
         dial = functools.partial(
             connect,
-            settings.redis_url,
+            settings.address,
             settings.wire_version,
             socket_timeout_s=settings.lease_ms / 1000,  # an answer later than that is no use
             connect_timeout_s=renewal_connect_timeout_s(settings.renew_interval_ms),

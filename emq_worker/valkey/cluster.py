@@ -1,6 +1,6 @@
 """Redis/Valkey Cluster: the client, and what its transient errors mean to us.
 
-A cluster URL (server.cluster_url) names one or more seed nodes. Every per-queue key carries the
+A cluster URL (valkey/cluster_url.py) names one or more seed nodes. Every per-queue key carries the
 `{q}` hash tag, so a queue lives on one slot and every script runs on the node that owns it;
 `{emq}:version` lives on its own slot.
 
@@ -44,7 +44,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.errors import EmqError
-from emq_worker.valkey.cluster_url import parse_cluster_url
+from emq_worker.valkey.cluster_url import ClusterAddress
 from emq_worker.valkey.fence import ClusterFence
 
 NODE_CONNECTIONS = 64
@@ -275,7 +275,7 @@ def unreachable(exc: RedisConnectionError | RedisTimeoutError) -> RedisConnectio
 
 
 def connect_cluster(
-    url: str,
+    address: ClusterAddress,
     wire_version: str,
     *,
     socket_timeout_s: float | None = None,
@@ -283,11 +283,10 @@ def connect_cluster(
     max_connections: int = NODE_CONNECTIONS,
     wrap_connection: Callable[[type[AbstractConnection]], type[AbstractConnection]] | None = None,
 ) -> Redis:
-    """A cluster client for `url`, typed as the `Redis` the rest of the worker speaks to.
+    """A cluster client for `address`, typed as the `Redis` the rest of the worker speaks to.
 
     RedisCluster offers every command the worker sends (single-slot scripts, pipelines split by
     node, SCRIPT LOAD to every primary); the cast keeps the single-node modules unchanged."""
-    address = parse_cluster_url(url)
     options = address.options
     client = FencedCluster(
         wire_version,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import SplitResult, parse_qsl, unquote
 
 from emq_worker.errors import ConfigError
-from emq_worker.valkey.urls import split_url
 
 CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
 _OPTIONS: Final = {"socket_timeout", "socket_connect_timeout", "client_name"}
@@ -25,14 +24,10 @@ class ClusterAddress:
     options: dict[str, str]
 
 
-def is_cluster_url(url: str) -> bool:
-    return split_url(url).scheme in CLUSTER_SCHEMES
-
-
-def parse_cluster_url(url: str) -> ClusterAddress:
-    """`redis+cluster://[user:pass@]host:port[,host:port...][?client_name=x]`; every error names
-    the offending part (never the password)."""
-    parts = split_url(url)
+def parse_cluster_url(parts: SplitResult) -> ClusterAddress:
+    """`redis+cluster://[user:pass@]host:port[,host:port...][?client_name=x]`, split by
+    urls.split_url (RedisAddress.parse calls this); every error names the offending part (never
+    the password)."""
     if parts.scheme not in CLUSTER_SCHEMES:
         raise ConfigError(
             f"a cluster URL starts with {' or '.join(s + '://' for s in CLUSTER_SCHEMES)}; "

@@ -19,14 +19,12 @@ if HIREDIS_AVAILABLE:
     import hiredis
 
 from emq_worker.errors import ConfigError, VersionFenceError
-from emq_worker.valkey.address import check_url_parts
+from emq_worker.valkey.address import RedisAddress, address_of
+from emq_worker.valkey.address import redacted as redacted  # where callers have imported it from
 from emq_worker.valkey.cluster import connect_cluster
-from emq_worker.valkey.cluster_url import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
 from emq_worker.valkey.fence import VERSION_KEY
 from emq_worker.valkey.resend_once import ResendOnce
-from emq_worker.valkey.urls import split_url
 
-SCHEMES = ("redis", "rediss", "unix")
 POOL_WAIT_S = 20.0
 """How long a command waits for a free pooled connection before it fails."""
 
@@ -43,27 +41,9 @@ CONNECT_TIMEOUT_S = DEFAULT_TIMEOUT_S
 socket timeout outlasts its park re-dials no slower than a producer."""
 
 
-def redacted(url: str) -> str:
-    """The URL with any password replaced by `***`, for messages and logs."""
-    parts = split_url(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{user}:***@{host}").geturl()
-
-
 def validate_url(url: str) -> str:
-    scheme = split_url(url).scheme
-    if scheme in CLUSTER_SCHEMES:
-        parse_cluster_url(url)
-        return url
-    if scheme not in SCHEMES:
-        raise ConfigError(
-            f"redis URL scheme must be one of {', '.join(SCHEMES + CLUSTER_SCHEMES)}; "
-            f"got {scheme or '(none)'!r} in {redacted(url)!r}"
-        )
-    check_url_parts(url)
+    """`url`, once RedisAddress.parse found nothing wrong with it (else ConfigError)."""
+    RedisAddress.parse(url)
     return url
 
 
@@ -117,7 +97,7 @@ class RestartWatch:
 
 
 def connect(
-    url: str,
+    url: str | RedisAddress,
     wire_version: str,
     *,
     socket_timeout_s: float | None = DEFAULT_TIMEOUT_S,
@@ -125,7 +105,8 @@ def connect(
     max_connections: int = 32,
     **options: Any,
 ) -> Redis:
-    """A client whose every (re)connection is fenced on `{emq}:version`.
+    """A client whose every (re)connection is fenced on `{emq}:version`, at `url` (a string is
+    parsed here: pass the RedisAddress where one was made).
 
     Bytes in, bytes out (payloads are opaque). `socket_timeout_s` bounds the wait for each
     reply (None: no bound) and must exceed the longest blocking command the caller sends (the
@@ -140,12 +121,12 @@ def connect(
     (None: the socket timeout, at most CONNECT_TIMEOUT_S; a URL's own `socket_connect_timeout`
     wins on a cluster).
     """
-    validate_url(url)
+    address = address_of(url)
     check_socket_timeout(socket_timeout_s)
     dial_s = connect_timeout(socket_timeout_s) if connect_timeout_s is None else connect_timeout_s
-    if is_cluster_url(url):
+    if address.cluster is not None:
         return connect_cluster(
-            url,
+            address.cluster,
             wire_version,
             socket_timeout_s=socket_timeout_s,
             connect_timeout_s=dial_s,
@@ -170,7 +151,7 @@ def connect(
         "retry": ResendOnce(),
         **_without_maintenance_notices(),
     }
-    pool = BlockingConnectionPool.from_url(url, **(settings | options))
+    pool = BlockingConnectionPool.from_url(address.url, **(settings | options))
     pool.connection_class = _packed_by_hiredis(pool.connection_class)
     return Redis.from_pool(pool)
 

@@ -22,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from structlog.typing import FilteringBoundLogger
 
+from emq_worker.valkey.address import RedisAddress
 from emq_worker.valkey.cluster import ClusterUnavailableError
 from emq_worker.valkey.connection import connect
 
@@ -132,12 +133,12 @@ def _decoded(value: object) -> str:
 
 
 async def preflight(
-    url: str, wire_version: str, log: FilteringBoundLogger, socket_timeout_s: float
+    address: RedisAddress, wire_version: str, log: FilteringBoundLogger, socket_timeout_s: float
 ) -> None:
     """Before the worker starts: one fenced connection (so a wrong password or version stops it
     here, with its own exit code) and the eviction-policy warning, each reply waited for at most
     `socket_timeout_s`."""
-    client = connect(url, wire_version, socket_timeout_s=socket_timeout_s)
+    client = connect(address, wire_version, socket_timeout_s=socket_timeout_s)
     try:
         await warn_about_eviction(client, log)
     finally:

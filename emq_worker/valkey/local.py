@@ -8,6 +8,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -122,14 +123,7 @@ class LocalServer:
     def stop(self) -> None:
         """SIGTERM (with persistence the AOF is flushed), SIGKILL if it lingers."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=STOP_TIMEOUT_S)
+        stop_process(process, STOP_TIMEOUT_S)
 
     def __enter__(self) -> LocalServer:
         self.start()
@@ -137,3 +131,16 @@ class LocalServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def stop_process(process: subprocess.Popen[Any] | None, timeout_s: float) -> None:
+    """SIGTERM a child that is still running, then SIGKILL it if it has not exited within
+    `timeout_s`."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout_s)

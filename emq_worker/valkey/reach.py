@@ -17,7 +17,6 @@ import contextlib
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
-from urllib.parse import urlsplit
 
 import anyio
 from redis.asyncio.retry import Retry
@@ -28,14 +27,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from structlog.typing import FilteringBoundLogger
 
 from emq_worker.errors import ServerTimeoutError, ServerUnreachableError
-from emq_worker.valkey.cluster_url import is_cluster_url, parse_cluster_url
-from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S, redacted
+from emq_worker.valkey.address import RedisAddress
+from emq_worker.valkey.connection import DEFAULT_TIMEOUT_S
 from emq_worker.valkey.failures import describe, fatal, preflight
 
 STARTUP_BACKOFF = ExponentialWithJitterBackoff(base=0.1, cap=2.0)
 PROBE_S = 2.0
 """How long a TLS or plaintext probe of the port may take."""
-DEFAULT_PORT = 6379
 
 
 UNANSWERED: tuple[type[RedisError], ...] = (
@@ -46,26 +44,29 @@ UNANSWERED: tuple[type[RedisError], ...] = (
 """What a call meets when the server cannot be reached or does not speak RESP."""
 
 
-def unanswered(url: str, exc: RedisError, reason: str | None = None) -> ServerUnreachableError:
+def unanswered(
+    address: RedisAddress, exc: RedisError, reason: str | None = None
+) -> ServerUnreachableError:
     """One line naming the server and what was seen (`reason`: a probe's finding, if any)."""
     kind = ServerTimeoutError if isinstance(exc, RedisTimeoutError) else ServerUnreachableError
-    return kind(f"Redis at {redacted(url)}: {describe(exc)} ({reason or cause_of(exc, url)})")
+    why = reason or cause_of(exc, address)
+    return kind(f"Redis at {address.redacted}: {describe(exc)} ({why})")
 
 
 @contextlib.contextmanager
-def naming_server(url: str) -> Iterator[None]:
+def naming_server(address: RedisAddress) -> Iterator[None]:
     """Within it, a call the server did not answer is raised as ServerUnreachableError (or
-    ServerTimeoutError) naming `url`; refused credentials and permissions pass unchanged."""
+    ServerTimeoutError) naming the server; refused credentials and permissions pass unchanged."""
     try:
         yield
     except UNANSWERED as exc:
         if fatal(exc) or isinstance(exc, ServerUnreachableError):
             raise
-        raise unanswered(url, exc) from exc
+        raise unanswered(address, exc) from exc
 
 
 @contextlib.asynccontextmanager
-async def explaining(url: str) -> AsyncIterator[None]:
+async def explaining(address: RedisAddress) -> AsyncIterator[None]:
     """naming_server for a command-line client: the port is probed for a TLS mix-up first
     (`explain`), as the worker's start-up does."""
     try:
@@ -76,15 +77,15 @@ async def explaining(url: str) -> AsyncIterator[None]:
         seen = exc.__cause__ if isinstance(exc, ServerUnreachableError) else exc
         if not isinstance(seen, RedisError):
             raise
-        raise unanswered(url, seen, await port_mismatch(url, seen)) from seen
+        raise unanswered(address, seen, await port_mismatch(address, seen)) from seen
 
 
 class _Attempts:
     """Counts the failed attempts, logs each, and stops the retry when the wait is over or the
     failure cannot lift by itself."""
 
-    def __init__(self, url: str, wait_s: float, log: FilteringBoundLogger) -> None:
-        self.url = url
+    def __init__(self, address: RedisAddress, wait_s: float, log: FilteringBoundLogger) -> None:
+        self.address = address
         self.deadline = time.monotonic() + wait_s
         self.log = log
         self.count = 0
@@ -98,21 +99,21 @@ class _Attempts:
             raise error
         if not self.probed and _probe_worthy(error):
             self.probed = True  # once: the port's answer does not change between attempts
-            self.mismatch = await port_mismatch(self.url, error)
+            self.mismatch = await port_mismatch(self.address, error)
         if self.mismatch is not None or time.monotonic() >= self.deadline:
             raise error
         self.log.warning(
             "redis_unreachable",
-            url=redacted(self.url),
+            url=self.address.redacted,
             attempt=self.count,
             error=describe(error),
-            cause=cause_of(error, self.url),
+            cause=cause_of(error, self.address),
             gives_up_in_s=round(self.deadline - time.monotonic(), 1),
         )
 
 
 async def reach(
-    url: str,
+    address: RedisAddress,
     wire_version: str,
     log: FilteringBoundLogger,
     wait_s: float,
@@ -121,39 +122,41 @@ async def reach(
     """`failures.preflight` (one fenced connection, the eviction-policy check), retried while
     the connection is dropped, refused or timed out, for at most about `wait_s` seconds; each
     attempt waits at most `socket_timeout_s` for a reply."""
-    attempts = _Attempts(url, wait_s, log)
+    attempts = _Attempts(address, wait_s, log)
     retry = Retry(STARTUP_BACKOFF, -1, (RedisConnectionError, RedisTimeoutError))
     try:
         await retry.call_with_retry(
-            lambda: preflight(url, wire_version, log, socket_timeout_s), attempts.failed
+            lambda: preflight(address, wire_version, log, socket_timeout_s), attempts.failed
         )
     except (RedisConnectionError, RedisTimeoutError) as exc:
         if fatal(exc):
             raise
-        raise unreachable(url, exc, attempts) from exc
+        raise unreachable(address, exc, attempts) from exc
     if attempts.count:
-        log.info("redis_reached", url=redacted(url), after_attempts=attempts.count + 1)
+        log.info("redis_reached", url=address.redacted, after_attempts=attempts.count + 1)
 
 
-def unreachable(url: str, exc: RedisError, attempts: _Attempts) -> ServerUnreachableError:
+def unreachable(
+    address: RedisAddress, exc: RedisError, attempts: _Attempts
+) -> ServerUnreachableError:
     seconds = time.monotonic() - attempts.began
-    reason = attempts.mismatch or cause_of(exc, url)
+    reason = attempts.mismatch or cause_of(exc, address)
     return ServerUnreachableError(
-        f"Redis at {redacted(url)}: {describe(exc)} ({reason}); "
+        f"Redis at {address.redacted}: {describe(exc)} ({reason}); "
         f"gave up after {attempts.count} attempt(s) in {seconds:.1f} s"
     )
 
 
-async def explain(url: str, exc: RedisError) -> str:
+async def explain(address: RedisAddress, exc: RedisError) -> str:
     """One line for a connection that failed once (a command-line client): what was seen, and a
     TLS hint only when a probe of the port shows a mix-up."""
-    reason = await port_mismatch(url, exc) or cause_of(exc, url)
-    return f"Redis at {redacted(url)}: {describe(exc)} ({reason})"
+    reason = await port_mismatch(address, exc) or cause_of(exc, address)
+    return f"Redis at {address.redacted}: {describe(exc)} ({reason})"
 
 
-def cause_of(exc: BaseException, url: str) -> str:
+def cause_of(exc: BaseException, address: RedisAddress) -> str:
     """What a connection failure means, from what was seen (never a guess about TLS)."""
-    where = _address(url)
+    where = address.where
     text = str(exc)
     if _tls_error(exc):
         return f"the TLS handshake with {where} failed: check ssl_ca_certs and the host name"
@@ -179,22 +182,21 @@ def cause_of(exc: BaseException, url: str) -> str:
     return f"could not talk to {where}"
 
 
-async def port_mismatch(url: str, exc: BaseException) -> str | None:
+async def port_mismatch(address: RedisAddress, exc: BaseException) -> str | None:
     """A TLS hint when the port proves a mix-up: a plaintext URL whose connection was dropped
     or timed out, to a port that completes a TLS handshake; a `rediss://` URL whose handshake
     failed, to a port that answers a plaintext PING. None otherwise (or for a unix socket)."""
     if not _probe_worthy(exc):
         return None
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+    scheme, host, port = address.scheme, address.host, address.port
+    if scheme not in ("redis", "rediss") or not host:
         return None
-    host, port = parts.hostname, parts.port or DEFAULT_PORT
     # A TLS port fails a plaintext client's first bytes at once (they are no TLS record): a
     # plaintext call that timed out met a silent server, not TLS, and needs no probe.
     silent = isinstance(exc, RedisTimeoutError)
-    if parts.scheme == "redis" and not silent and await _speaks_tls(host, port):
+    if scheme == "redis" and not silent and await _speaks_tls(host, port):
         return "the port answered a TLS handshake: it is a TLS port, use rediss://"
-    if parts.scheme == "rediss" and await _speaks_plaintext(host, port):
+    if scheme == "rediss" and await _speaks_plaintext(host, port):
         return (
             "no TLS handshake answered, but a plaintext PING did: is this port plaintext? "
             "use redis:// for it"
@@ -262,13 +264,3 @@ def _first_byte(text: str) -> str:
     """`"H"` from redis-py's `Protocol error, got "H" as reply type byte`."""
     _, quote, rest = text.partition('got "')
     return f'"{rest.partition(chr(34))[0]}"' if quote else "something else"
-
-
-def _address(url: str) -> str:
-    if is_cluster_url(url):
-        seeds = ", ".join(f"{host}:{port}" for host, port in parse_cluster_url(url).seeds)
-        return f"the cluster's seed node(s) {seeds}"
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return f"the socket {parts.path}"
-    return f"{parts.hostname}:{parts.port or DEFAULT_PORT}"

@@ -31,8 +31,8 @@ from emq_worker.runtime.lease import Lease, LeaseBook
 from emq_worker.runtime.renewal import RenewalSweep
 from emq_worker.runtime.state import StopSignal, WorkerState
 from emq_worker.runtime.wakes import WakeWaiter
+from emq_worker.valkey.address import RedisAddress
 from emq_worker.valkey.cluster import ClusterUnavailableError, FencedCluster, is_moving
-from emq_worker.valkey.cluster_url import parse_cluster_url
 from emq_worker.valkey.connection import connect, redacted, validate_url
 from emq_worker.valkey.credentials import PASSWORD_FILE_ENV, with_password
 from tests.cluster.conftest import spread_queues
@@ -58,11 +58,12 @@ def test_a_bad_cluster_url_is_refused_naming_the_bad_part(url: str, named: str) 
 
 
 def test_a_cluster_url_names_every_seed_and_keeps_the_password_out_of_errors() -> None:
-    address = parse_cluster_url("rediss+cluster://app:s3cret@a:7000,[::1]:7001,b:7002")
+    address = RedisAddress.parse("rediss+cluster://app:s3cret@a:7000,[::1]:7001,b:7002").cluster
+    assert address is not None
     assert address.seeds == (("a", 7000), ("::1", 7001), ("b", 7002))
     assert (address.username, address.password, address.tls) == ("app", "s3cret", True)
     with pytest.raises(ConfigError) as refused:
-        parse_cluster_url("redis+cluster://app:s3cret@a:7000,b")
+        RedisAddress.parse("redis+cluster://app:s3cret@a:7000,b")
     assert "s3cret" not in str(refused.value)
 
 

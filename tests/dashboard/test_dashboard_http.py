@@ -637,7 +637,9 @@ def test_the_compose_dashboard_is_read_only_and_published_on_loopback_only(
     with main.commands[command].make_context(command, args) as ctx:
         params = ctx.params
     settings = DashboardSettings(
-        params["redis_url"], bind=parse_bind(params["bind"]), allow_actions=params["allow_actions"]
+        params["redis_url"].url,
+        bind=parse_bind(params["bind"]),
+        allow_actions=params["allow_actions"],
     )
     assert not settings.allow_actions
     port = settings.bind.port

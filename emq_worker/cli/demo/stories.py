@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from emq_worker.cli.demo.timing import (
     SHORT_JOB_MS,
     STORY_TIMEOUT_S,
 )
-from emq_worker.cli.demo.workers import in_process, settings, subprocess_worker
+from emq_worker.cli.demo.workers import Subprocess, in_process, settings, subprocess_worker
 from emq_worker.jobs.producer import Producer
 from emq_worker.protocol.keys import QueueKeys
 
@@ -199,15 +199,26 @@ async def renewal(story: Story, url: str) -> tuple[bool, str]:
     return False, f"UNEXPECTED: runs {runs}, renewals seen {renewed}"
 
 
-async def killed(story: Story, url: str) -> tuple[bool, str]:
+@contextlib.asynccontextmanager
+async def _a_holds_the_job(
+    story: Story, url: str, sig: signal.Signals, what: str
+) -> AsyncIterator[Subprocess]:
+    """Worker A (a process) starts the story's job, then gets `sig` while it holds it."""
     async with subprocess_worker("A", story.queue, url, story.client) as a:
         await story.enqueue(SHORT_JOB_MS)
         await story.until(lambda: bool(story.events("demo_job_started", "A")))
         await asyncio.sleep(0.3)
-        a.signal(signal.SIGKILL)
-        story.note(f"SIGKILL A (pid {a.pid}) while it holds the job")
-        async with in_process("B", settings(story.queue, url)):
-            await story.until(lambda: bool(story.events("job_completed", "B")))
+        a.signal(sig)
+        story.note(f"{sig.name} A (pid {a.pid}){what}")
+        yield a
+
+
+async def killed(story: Story, url: str) -> tuple[bool, str]:
+    async with (
+        _a_holds_the_job(story, url, signal.SIGKILL, " while it holds the job"),
+        in_process("B", settings(story.queue, url)),
+    ):
+        await story.until(lambda: bool(story.events("job_completed", "B")))
     runs, done = story.runs(), story.events("job_completed")
     if runs == [("A", 1), ("B", 2)] and [e.worker for e in done] == ["B"]:
         return True, (
@@ -221,24 +232,22 @@ REFUSALS = ("write_fenced", "lease_lost", "settle_refused", "job_abandoned")
 
 
 async def frozen(story: Story, url: str) -> tuple[bool, str]:
-    async with subprocess_worker("A", story.queue, url, story.client) as a:
-        await story.enqueue(SHORT_JOB_MS)
-        await story.until(lambda: bool(story.events("demo_job_started", "A")))
-        await asyncio.sleep(0.3)
-        a.signal(signal.SIGSTOP)
-        story.note(f"SIGSTOP A (pid {a.pid}): frozen while it holds the job")
-        async with in_process("B", settings(story.queue, url)):
-            await story.until(lambda: bool(story.events("job_completed", "B")))
-            a.signal(signal.SIGCONT)
-            story.note("SIGCONT A: it wakes up believing it holds the job")
-            await story.until(
-                lambda: (
-                    any(story.events(name, "A") for name in REFUSALS)
-                    or bool(story.events("job_completed", "A"))
-                ),
-                within_s=3,
-            )
-            await asyncio.sleep(0.2)  # the rest of A's reaction to waking (the sleep is the story)
+    what = ": frozen while it holds the job"
+    async with (
+        _a_holds_the_job(story, url, signal.SIGSTOP, what) as a,
+        in_process("B", settings(story.queue, url)),
+    ):
+        await story.until(lambda: bool(story.events("job_completed", "B")))
+        a.signal(signal.SIGCONT)
+        story.note("SIGCONT A: it wakes up believing it holds the job")
+        await story.until(
+            lambda: (
+                any(story.events(name, "A") for name in REFUSALS)
+                or bool(story.events("job_completed", "A"))
+            ),
+            within_s=3,
+        )
+        await asyncio.sleep(0.2)  # the rest of A's reaction to waking (the sleep is the story)
     refused = [e for e in story.events(worker="A") if e.name in REFUSALS]
     a_done = story.events("job_completed", "A")
     if story.events("job_completed", "B") and refused and not a_done:

@@ -39,6 +39,15 @@ local function flow_release(p, parent, prow)
   return 1
 end
 
+-- flow_count_down(p, parent, prow): one more child of `parent` is settled for good (completed,
+-- or dead under policy id); the last one releases the parent.
+local function flow_count_down(p, parent, prow)
+  if redis.call('DECR', prow .. ':dependencies') > 0 then
+    return 0
+  end
+  return flow_release(p, parent, prow)
+end
+
 -- flow_done(p, parent, child, value): `child` of `parent` (queue prefix p) completed.
 local function flow_done(p, parent, child, value)
   local prow = p .. 'job:' .. parent
@@ -51,10 +60,7 @@ local function flow_done(p, parent, child, value)
   if redis.call('HDEL', prow .. ':unsuccessful', child) == 1 then
     return 0 -- its death was counted (policy id); a dead retry then completed it: count once
   end
-  if redis.call('DECR', prow .. ':dependencies') > 0 then
-    return 0
-  end
-  return flow_release(p, parent, prow)
+  return flow_count_down(p, parent, prow)
 end
 
 local function flow_fail_entry(p, parent_queue, parent, child, policy, err)
@@ -93,10 +99,7 @@ local function flow_dead(p, parent, child, policy, err)
       if redis.call('HSETNX', prow .. ':unsuccessful', child, err) == 0 then
         return 0
       end
-      if redis.call('DECR', prow .. ':dependencies') > 0 then
-        return 0
-      end
-      return flow_release(p, parent, prow)
+      return flow_count_down(p, parent, prow)
     end
     if redis.call('HSETNX', prow .. ':failed', child, err) == 0 then
       return 0
