@@ -1,6 +1,7 @@
 """Quiet and stop one live worker through the keyspace (`emq-worker quiet|stop WORKER_ID`), with
 real `emq-worker run` processes: a quiet worker claims nothing new and finishes what it holds; a
-stopped one hands its leases back and exits 0 within a beat, its jobs run by another worker."""
+stopped one hands its leases back and exits 0 within a presence refresh (a third of the entry's
+TTL), its jobs run by another worker."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from redis.asyncio import Redis
 
 from emq_worker import Producer
 from emq_worker.admin import worker_control
-from emq_worker.protocol.keys import QueueKeys, worker_control_key
+from emq_worker.protocol.keys import QueueKeys, worker_entry_key
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
@@ -24,7 +25,8 @@ BEAT_MS = 200
 GRACE_MS = 60_000
 """Far longer than the test waits: a stop that waited for the grace period would fail it."""
 HONOURED_S = 10.0
-"""A beat, plus slack for a loaded machine (the same bound for every wait on the worker)."""
+"""A presence refresh (3.3 s here), plus slack for a loaded machine (the same bound for every
+wait on the worker)."""
 
 
 def start(workers: WorkerProcesses, name: str, queue: str, url: str) -> WorkerProcess:
@@ -82,7 +84,7 @@ async def test_a_quiet_worker_finishes_its_job_and_claims_nothing_new(
     await eventually(says_quiet, timeout=HONOURED_S, what="its entry to say it is quiet")
 
 
-async def test_a_stopped_worker_hands_its_lease_back_and_exits_0_within_a_beat(
+async def test_a_stopped_worker_hands_its_lease_back_and_exits_0_within_a_presence_refresh(
     client: Redis, redis_url: str, queue_name: str, worker_processes: WorkerProcesses
 ) -> None:
     workers = worker_processes
@@ -119,8 +121,8 @@ async def test_asking_an_unknown_worker_fails_naming_it(redis_url: str) -> None:
 async def test_a_worker_with_entries_per_queue_reads_the_request_where_it_is_written(
     client: Redis, queue_name: str
 ) -> None:
-    """An ACL without the `{emq}:` keys: the worker writes an entry per queue, and the request
-    goes to `emq:{q}:control:<id>` on the first queue it serves, where it reads it."""
+    """An ACL without the `{emq}:` keys: the worker writes an entry per queue, the request is
+    written into each, and the worker's next refresh reads it back."""
     queues = [queue_name, queue_name + ".b"]
     registry = WorkerRegistry(client, queues, concurrency=1, beat_ms=BEAT_MS)
     registry.per_queue = True
@@ -130,6 +132,7 @@ async def test_a_worker_with_entries_per_queue_reads_the_request_where_it_is_wri
         return queues
 
     key = await worker_control.ask_worker(client, registry.id, "quiet", found)
-    assert key == QueueKeys.of(queue_name).control(registry.id) == registry.control_key()
-    assert await registry.control() == "quiet"
-    assert not await client.exists(worker_control_key(registry.id))
+    assert key == QueueKeys.of(queue_name).worker(registry.id)
+    assert await registry.beat(Presence(0, 0)) == "quiet"
+    assert await registry.beat(Presence(0, 0)) == ""  # heard once: the refresh replaced it
+    assert not await client.exists(worker_entry_key(registry.id))

@@ -1,9 +1,10 @@
-"""Ask one live worker to quiet down or stop (protocol/control.py): the request is written where
-that worker's beat reads it, `{emq}:control:<id>`, or `emq:{q}:control:<id>` on the first queue it
-serves when its entry is per queue (an ACL refusing the `{emq}:` keys)."""
+"""Ask one live worker to quiet down or stop (protocol/control.py): the request is written into
+that worker's presence entry, `{emq}:worker:<id>`, or its entry on each queue it serves when its
+entries are per queue (an ACL refusing the `{emq}:` keys); its next refresh reads it back."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 
 from redis.asyncio import Redis
@@ -11,7 +12,7 @@ from redis.asyncio import Redis
 from emq_worker.admin.verbs import AdminError
 from emq_worker.errors import ConfigError
 from emq_worker.protocol import control
-from emq_worker.protocol.keys import QueueKeys, worker_control_key, worker_entry_key
+from emq_worker.protocol.keys import QueueKeys, worker_entry_key
 from emq_worker.runtime.presence_read import presence_entries
 
 WORKER_ID_MAX = 300
@@ -40,23 +41,48 @@ async def ask_worker(
     asked: str,
     find_queues: Callable[[], Awaitable[Sequence[str]]],
 ) -> str:
-    """Write `asked` (`quiet` or `stop`) for the live worker `worker_id`; the key written.
-    `find_queues` names the queues to look for an entry per queue on (read only when the
-    worker has no entry of its own)."""
+    """Write `asked` (`quiet` or `stop`) into the live worker `worker_id`'s presence entry;
+    the key written (the first, for a worker with an entry per queue). `find_queues` names the
+    queues to look for an entry per queue on (read only when the worker has no entry of its
+    own). A worker's refresh between the read and the write here is harmless: it is the older
+    entry, with the request, that the next refresh reads back."""
     if asked not in control.ASKS:
         raise ConfigError(f"a worker can be asked to {' or '.join(control.ASKS)}, not {asked!r}")
     validate_worker_id(worker_id)
-    if await client.exists(worker_entry_key(worker_id)):
-        key = worker_control_key(worker_id)
-    else:
-        key = await _per_queue_key(client, worker_id, await find_queues())
-    await client.set(key, asked, px=control.KEEP_MS)
-    return key
+    own = worker_entry_key(worker_id)
+    keys = (
+        [own]
+        if await client.exists(own)
+        else await _per_queue_keys(client, worker_id, await find_queues())
+    )
+    written = [key for key in keys if await _write_ask(client, key, asked)]
+    if not written:
+        raise UnknownWorkerError(worker_id)
+    return written[0]
 
 
-async def _per_queue_key(client: Redis, worker_id: str, queues: Sequence[str]) -> str:
-    for entry in await presence_entries(client, queues):
-        if entry.fields.get("id") == worker_id:
-            served = entry.fields.get("queues") or [entry.queue]
-            return QueueKeys.of(str(served[0])).control(worker_id)
-    raise UnknownWorkerError(worker_id)
+async def _write_ask(client: Redis, key: str, asked: str) -> bool:
+    """Add `asked` to the entry at `key`, keeping its expiry; False when it is gone."""
+    raw = await client.get(key)
+    if raw is None:
+        return False
+    try:
+        fields = json.loads(raw)
+    except ValueError as exc:
+        raise AdminError(f"the presence entry {key} is not JSON: {exc}") from exc
+    fields[control.ASKED] = asked
+    written = await client.set(
+        key, json.dumps(fields, separators=(",", ":")), xx=True, keepttl=True
+    )
+    return bool(written)
+
+
+async def _per_queue_keys(client: Redis, worker_id: str, queues: Sequence[str]) -> list[str]:
+    keys = [
+        QueueKeys.of(entry.queue).worker(worker_id)
+        for entry in await presence_entries(client, queues)
+        if entry.fields.get("id") == worker_id
+    ]
+    if not keys:
+        raise UnknownWorkerError(worker_id)
+    return keys

@@ -1,5 +1,7 @@
-"""What an operator may ask of one live worker through the keyspace (`worker_control_key`):
-written by `emq-worker quiet|stop` and the dashboard, read by the worker's beat (one GET).
+"""What an operator may ask of one live worker through the keyspace: written by `emq-worker
+quiet|stop` and the dashboard as an `asked` field in the worker's own presence entry
+(`{emq}:worker:<id>`, or its per-queue entry), heard at the worker's next presence refresh, which
+writes its entry with SET ... GET and so reads the request back at no cost of its own.
 
 - `quiet`: claim nothing new (withdraw any hand-off offer, stop popping wake tokens) and finish
   what it holds; the worker stays alive and keeps renewing, settling and announcing itself;
@@ -11,6 +13,8 @@ from __future__ import annotations
 QUIET = "quiet"
 STOP = "stop"
 ASKS = (QUIET, STOP)
-KEEP_MS = 3_600_000
-"""How long a request waits for its worker (the key's PX): a worker gone meanwhile never reads
-it, and the next one has another id."""
+ASKS_BY_WEIGHT = ("", QUIET, STOP)
+"""Nothing, quiet, stop: a worker asked two things through two entries honours the weightier."""
+ASKED = "asked"
+"""The entry field an operator's request is written in; the worker's next refresh replaces the
+entry (its own `control` field then says what it honours)."""

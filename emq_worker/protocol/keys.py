@@ -25,11 +25,6 @@ def worker_entry_key(worker_id: str) -> str:
     return f"{{emq}}:worker:{worker_id}"
 
 
-def worker_control_key(worker_id: str) -> str:
-    """What an operator asks of a live worker (`quiet` or `stop`), read by its beat. Ours."""
-    return f"{{emq}}:control:{worker_id}"
-
-
 PARTITIONED_KEY = "{emq}:partitioned"
 """SET of the logical queues with a partition registry entry: a worker asks it (SMISMEMBER,
 one command) whether any queue it serves is partitioned before reading entries. Ours."""
@@ -124,11 +119,6 @@ class QueueKeys:
     def worker(self, worker_id: str) -> str:
         """A worker's presence entry on this queue (JSON, with a TTL of a few beats)."""
         return f"{self.prefix}worker:{worker_id}"
-
-    def control(self, worker_id: str) -> str:
-        """`worker_control_key` for a worker whose ACL refuses the `{emq}:` keys (it reads the
-        one on the first queue it serves)."""
-        return f"{self.prefix}control:{worker_id}"
 
     def history_minute(self, start_ms: int) -> str:
         """The history bucket of the minute starting at `start_ms` (unix ms, server clock)."""

@@ -31,10 +31,10 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import NoPermissionError
 
+from emq_worker.protocol import control
 from emq_worker.protocol.keys import (
     WORKERS_KEY,
     QueueKeys,
-    worker_control_key,
     worker_entry_key,
 )
 from emq_worker.runtime.lease import Lease
@@ -129,9 +129,12 @@ class WorkerRegistry:
             **({"control": presence.control} if presence.control else {}),
         }
 
-    async def beat(self, presence: Presence) -> None:
+    async def beat(self, presence: Presence) -> str:
         """Announce this worker: one entry for all its queues (or, when the ACL refuses the
-        `{emq}:` keys, one per queue, as workers before 0.x did)."""
+        `{emq}:` keys, one per queue, as workers before 0.x did). Returns what an operator asked
+        of it (`quiet`, `stop`, or ""): the entry is written with SET ... GET, and an operator's
+        request is an `asked` field written into the entry it replaces (protocol/control.py), so
+        hearing it costs no command of its own."""
         beat = time.time()
         shared = self.describe(presence, beat)
         self._refreshes += 1
@@ -144,22 +147,25 @@ class WorkerRegistry:
             entry = _json({**shared, HELD_ON: held})
             try:
                 async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.set(worker_entry_key(self.id), entry, px=self.ttl_ms)
+                    pipe.set(worker_entry_key(self.id), entry, px=self.ttl_ms, get=True)
                     self._index(pipe, WORKERS_KEY, int(beat * 1000))
-                    await pipe.execute()
-                return
+                    replaced = (await pipe.execute())[0]
+                return asked_in(replaced)
             except NoPermissionError:
                 self.per_queue = True  # an ACL limited to the queues' keys
-        await self._beat_per_queue(presence, shared)
+        return await self._beat_per_queue(presence, shared)
 
-    async def _beat_per_queue(self, presence: Presence, shared: dict[str, Any]) -> None:
+    async def _beat_per_queue(self, presence: Presence, shared: dict[str, Any]) -> str:
         beat_ms = int(float(shared["beat"]) * 1000)
         async with self.client.pipeline(transaction=False) as pipe:
             for name, keys in zip(self.queues, self.keys, strict=True):
                 held = held_on(presence.leases.get(name, ()), presence.now)
-                pipe.set(worker_key(keys, self.id), _json({**shared, **held}), px=self.ttl_ms)
+                entry = _json({**shared, **held})
+                pipe.set(worker_key(keys, self.id), entry, px=self.ttl_ms, get=True)
                 self._index(pipe, keys.workers, beat_ms)
-            await pipe.execute()
+            replies = await pipe.execute()
+        asks = (asked_in(reply) for reply in replies if isinstance(reply, bytes | str))
+        return max(asks, key=control.ASKS_BY_WEIGHT.index, default="")
 
     def _index(self, pipe: Pipeline, index: str, beat_ms: int) -> None:
         """Now and then: score this worker's beat in `index`, drop the long gone and keep the
@@ -170,15 +176,6 @@ class WorkerRegistry:
         pipe.zremrangebyscore(index, "-inf", beat_ms - INDEX_PRUNE_TTLS * self.ttl_ms)
         pipe.pexpire(index, INDEX_PRUNE_TTLS * self.ttl_ms)
 
-    def control_key(self) -> str:
-        """Where an operator's request to this worker is written (worker_control.py)."""
-        return self.keys[0].control(self.id) if self.per_queue else worker_control_key(self.id)
-
-    async def control(self) -> str:
-        """What an operator asks of this worker ("" for nothing): one GET."""
-        value = await self.client.get(self.control_key())
-        return value.decode() if isinstance(value, bytes) else (value or "")
-
     async def leave(self) -> None:
         async with self.client.pipeline(transaction=False) as pipe:
             if self.per_queue:
@@ -188,9 +185,18 @@ class WorkerRegistry:
             else:
                 pipe.delete(worker_entry_key(self.id))
                 pipe.zrem(WORKERS_KEY, self.id)
-            # An operator's request is left to its PX: this id is never used again, and an ACL
-            # that grants the entry may not grant the control key.
             await pipe.execute()
+
+
+def asked_in(replaced: object) -> str:
+    """What an operator wrote into the entry a refresh replaced: `quiet`, `stop` or ""."""
+    if not isinstance(replaced, bytes | str):
+        return ""
+    try:
+        asked = json.loads(replaced).get(control.ASKED)
+    except (ValueError, AttributeError):
+        return ""
+    return asked if asked in control.ASKS else ""
 
 
 def held_on(leases: Sequence[Lease], now: float) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import anyio
 from redis.asyncio import Redis
-from redis.exceptions import NoPermissionError, RedisError
+from redis.exceptions import RedisError
 
 from emq_worker.observe.log import get_logger
 from emq_worker.observe.sdnotify import Notifier
@@ -77,7 +77,6 @@ class Supervisor:
         self.drainer = parts.drainer
         self.history = parts.history
         self._name_queues = True
-        self._read_control = True
         self.control = ""
         """What an operator asked of this worker and it honours (protocol/control.py)."""
         self.state.stop.on_request(self._end_park)
@@ -137,7 +136,6 @@ class Supervisor:
             self.status.report(now, len(self.state.book), self.state.counters.completed)
             if now >= self._next_presence:
                 await self.announce()
-            await self.heed_operator()
         if self.control:
             return await self.quiet_beat()
         if self.state.settings.burst:
@@ -159,22 +157,9 @@ class Supervisor:
             await self.park(jobs)
         return idle
 
-    async def heed_operator(self) -> None:
-        """Read what an operator asks of this worker (one GET per beat) and honour it: `quiet`
+    async def heed_operator(self, asked: str) -> None:
+        """Honour what an operator asked of this worker (heard at its presence refresh): `quiet`
         claims nothing new from now on; `stop` also hands back what it holds and ends the run."""
-        if self.registry is None or not self._read_control:
-            return
-        try:
-            asked = await self.registry.control()
-        except NoPermissionError as exc:  # an ACL without the key: nobody can ask this worker
-            self._read_control = False
-            self.log.warning("control_unreadable", error=describe(exc))
-            return
-        except RedisError as exc:
-            if not queue_scoped(exc):
-                raise
-            self.log.warning("control_failed", error=describe(exc))
-            return
         if asked not in control.ASKS or asked == self.control:
             return
         self.log.info("operator_asked", control=asked, held=len(self.state.book))
@@ -236,11 +221,13 @@ class Supervisor:
             self.control,
         )
         try:
-            await self.registry.beat(presence)
+            asked = await self.registry.beat(presence)
         except RedisError as exc:
             if fatal(exc) or not queue_scoped(exc):
                 raise
             self.log.warning("presence_failed", error=describe(exc))
+            return
+        await self.heed_operator(asked)
 
     async def record_history(self, now: float) -> None:
         """Flush the history (runtime/history_flush.py). It only informs operators: a failure is

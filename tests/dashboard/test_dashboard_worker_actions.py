@@ -4,6 +4,7 @@ the worker (in-process here; tests/test_worker_control.py runs real processes) h
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -12,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from emq_worker import App, Worker
-from emq_worker.protocol.keys import worker_control_key
+from emq_worker.protocol.keys import worker_entry_key
 from emq_worker.runtime.presence import live_workers
 from tests.dashboard.test_dashboard_http import TOKEN, browsing, csrf_of
 from tests.support.running import running_worker, worker_settings
@@ -39,6 +40,14 @@ async def actions_beside_a_worker(
         yield http, worker, await live_id(client, queue)
 
 
+async def told(client: Redis, worker_id: str) -> str:
+    """What the worker's entry says it was asked: the request itself until the worker's next
+    refresh reads it, then what the worker honours (`control`)."""
+    raw = await client.get(worker_entry_key(worker_id))
+    fields = json.loads(raw) if raw else {}
+    return str(fields.get("asked") or fields.get("control") or "")
+
+
 async def test_quiet_then_stop_from_the_workers_page(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
@@ -49,7 +58,7 @@ async def test_quiet_then_stop_from_the_workers_page(
             "/workers/quiet", data={"worker": worker_id, "csrf": csrf_of(page.text)}
         )
         assert quieted.status_code == 303
-        assert await client.get(worker_control_key(worker_id)) == b"quiet"
+        assert await told(client, worker_id) == "quiet"
         flashed = (await http.get("/workers")).text  # the page the redirect leads to
         assert f"asked worker {worker_id} to quiet" in flashed
 
@@ -77,7 +86,7 @@ async def test_an_unknown_or_malformed_worker_is_refused(
     assert unknown.status_code == 404
     assert "no live worker &#39;gone:1:ab&#39;" in unknown.text
     assert spaced.status_code == 400
-    assert not await client.exists(worker_control_key("gone:1:ab"))
+    assert not await client.exists(worker_entry_key("gone:1:ab"))
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -101,4 +110,4 @@ async def test_quiet_and_stop_are_refused_without_actions_token_or_csrf(
             no_login = await http.post(path, data={"worker": worker_id, "csrf": token})
         assert [r.status_code for r in (read_only, forged, foreign)] == [403] * 3
         assert no_login.status_code == 401
-        assert not await client.exists(worker_control_key(worker_id))
+        assert await told(client, worker_id) == ""
