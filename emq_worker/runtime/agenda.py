@@ -43,10 +43,12 @@ CHECK_JITTER = 0.1
 over the window instead of falling due together."""
 
 
-def check_window_s(queues: int, beat_s: float, lease_s: float) -> float:
-    """How long a check that found nothing due vouches for a queue."""
+def check_window_s(queues: int, beat_s: float, lease_s: float, chosen_s: float = 0.0) -> float:
+    """How long a check that found nothing due vouches for a queue: `chosen_s` when the user
+    chose it (--check-window-ms), else QUIET_BEATS beats or more; never over a third of the
+    lease (a lease taken since the check must be seen before it can lapse)."""
     beats = max(QUIET_BEATS, math.ceil(queues / CHECKS_PER_BEAT))
-    return min(beats * beat_s, lease_s / 3)
+    return min(chosen_s or beats * beat_s, lease_s / 3)
 
 
 @dataclass(slots=True)

@@ -119,7 +119,9 @@ def _beat_parts(
     notifier = beat_notifier or observers.notifier
     status = BeatStatus(notifier, names, settings.concurrency, log)
     beat_s = settings.beat_ms / 1000
-    window_s = check_window_s(len(queues), beat_s, settings.lease_ms / 1000)
+    window_s = check_window_s(
+        len(queues), beat_s, settings.lease_ms / 1000, settings.check_window_ms / 1000
+    )
     agenda = Agenda(names, window_s, beat_s, state.rng)
     wakes = WakeWaiter(client)
     repeats = RepeatFirer(SnowflakeMinter(settings.node_id))

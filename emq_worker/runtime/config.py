@@ -51,10 +51,15 @@ class WorkerSettings:
     redis_url: str = DEFAULT_URL
     concurrency: int = _flag(10, "Jobs run at once.", short="-c")
     lease_ms: int = _flag(30_000, "How long a claim holds a job without a renewal.")
-    beat_ms: int = _flag(
-        1_000,
-        "The longest park; each queue is checked (reaped) at least once per beat x queues / 10.",
+    beat_ms: int = _flag(1_000, "The longest park while the worker holds jobs.")
+    check_window_ms: int = _flag(
+        0,
+        "How long a queue nothing wakes goes unchecked: the longest wait for a job that "
+        "EchoMQ's own producers enqueue (no wake token). 0: the default.",
+        shown="10 beats, more past 100 queues; at most a third of --lease-ms",
     )
+    """How long an upkeep check vouches for a quiet queue (runtime/agenda.py); 0 means derived
+    (`check_window_s`). Shorter costs about four commands per queue per window."""
     renew_every_ms: int = _flag(
         0, "Renewal sweep cadence (0: the default).", shown="a third of --lease-ms"
     )
@@ -141,6 +146,8 @@ class WorkerSettings:
         _at_least("concurrency", self.concurrency, 1)
         _at_least("lease_ms", self.lease_ms, 30)
         _at_least("beat_ms", self.beat_ms, 10)
+        if self.check_window_ms != 0:
+            _at_least("check_window_ms", self.check_window_ms, self.beat_ms)
         _at_least("renew_every_ms", self.renew_every_ms, 0)
         _at_least("grace_ms", self.grace_ms, 0)
         _at_least("connect_wait_ms", self.connect_wait_ms, 0)
