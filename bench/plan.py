@@ -97,6 +97,7 @@ PUBLISH = dataclasses.replace(
 )
 """What `python -m bench --publish` runs (with PUBLISHED_SCENARIOS): the full plan cut to the
 measurements README's headline table shows, so that every system fits in about 20 minutes on
-2 cores."""
+a quiet 2-core machine (estimated from each system's jobs/s: the slowest peers' drains of
+20 000 jobs, ~20 s each, are most of it; a loaded machine takes several times as long)."""
 PUBLISHED_SCENARIOS = ("drain", "sleep", "realistic", "latency")
 PLANS = {"full": FULL, "quick": QUICK, "publish": PUBLISH}

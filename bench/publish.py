@@ -4,13 +4,14 @@ from one run at HEAD.
 Runs, for every system of `python -m bench` (emq-worker, BullMQ on Node.js, taskiq, SAQ, streaq,
 arq), the measurements the table shows (`--plan publish --scenarios drain,sleep,realistic,latency`:
 the full plan's sizes and median of 3, cut to no-op drains at concurrency 100, 1 ms drains at
-1 000, the realistic body on its own client and on the framework's, and pickup latency; about
-20 minutes on 2 cores), then the idle cost of one worker on 100 queues over a minute
-(`python -m bench --idle --rows 1:100:0 --window 60`), writes one JSON
-under docs/benchmarks/ (`<date>-published.json`: commit, date, machine, versions, the medians and
-the idle cost), and rewrites README's headline table (between its `headline` markers) from it.
-`--from JSON` only rewrites the table from a published JSON. tests/test_published_figures.py fails
-when README's table differs from the latest published JSON.
+1 000, the realistic body on its own client and on the framework's, and pickup latency; sized
+for about 20 minutes on a quiet 2-core machine, from the peers' published jobs/s), then the
+idle cost of one worker on 100 queues over a minute (`python -m bench --idle --rows 1:100:0
+--window 60`), writes one JSON under docs/benchmarks/ (`<date>-published.json`: commit, date,
+machine, versions, the medians and the idle cost), and rewrites README's headline table
+(between its `headline` markers) from it. `--from JSON` only rewrites the table from a published
+JSON. tests/test_published_figures.py fails when README's table differs from the latest published
+JSON.
 """
 
 from __future__ import annotations
