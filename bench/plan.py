@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 SCENARIOS = (
@@ -26,7 +27,8 @@ renewal (5) and recovery (6) are emq-worker only; rss (8)."""
 class Plan:
     repeat: int
     drain_n: int
-    concurrencies: tuple[int, ...]
+    noop_concurrencies: tuple[int, ...]
+    sleep_concurrencies: tuple[int, ...]
     enqueue_single: int
     enqueue_concurrent: int
     enqueue_bulk: int
@@ -39,6 +41,9 @@ class Plan:
     load_rate: float = 500.0
     latency_concurrency: int = 100
     realistic_concurrency: int = 100
+    realistic_tasks: tuple[str, ...] = ("incr", "incr_handler", "incr_cpu1ms")
+    """Bodies of the realistic scenario: one INCR on the body's own client, the same on the
+    client the framework hands its jobs, then the own-client INCR with 1 ms of CPU after it."""
     realistic_cpu_share: int = 4
     """The 1 ms-of-CPU variant drains drain_n / this many jobs (it runs under 1 000 jobs/s)."""
     monitor_n: int = 2_000
@@ -57,7 +62,8 @@ class Plan:
 FULL = Plan(
     repeat=3,
     drain_n=20_000,
-    concurrencies=(100, 1_000),
+    noop_concurrencies=(100, 1_000),
+    sleep_concurrencies=(100, 1_000),
     enqueue_single=5_000,
     enqueue_concurrent=10_000,
     enqueue_bulk=20_000,
@@ -66,7 +72,8 @@ FULL = Plan(
 QUICK = Plan(
     repeat=1,
     drain_n=1_000,
-    concurrencies=(100, 1_000),
+    noop_concurrencies=(100, 1_000),
+    sleep_concurrencies=(100, 1_000),
     enqueue_single=500,
     enqueue_concurrent=1_000,
     enqueue_bulk=2_000,
@@ -81,3 +88,16 @@ QUICK = Plan(
     recovery_lease_ms=1_200,
     rss_k=1_000,
 )
+
+PUBLISH = dataclasses.replace(
+    FULL,
+    noop_concurrencies=(100,),
+    sleep_concurrencies=(1_000,),
+    realistic_tasks=("incr", "incr_handler"),
+)
+"""What `python -m bench --publish` runs (with PUBLISHED_SCENARIOS): the full plan cut to the
+measurements README's headline table shows, so that every system fits in about 20 minutes on
+a quiet 2-core machine (estimated from each system's jobs/s: the slowest peers' drains of
+20 000 jobs, ~20 s each, are most of it; a loaded machine takes several times as long)."""
+PUBLISHED_SCENARIOS = ("drain", "sleep", "realistic", "latency")
+PLANS = {"full": FULL, "quick": QUICK, "publish": PUBLISH}

@@ -1,12 +1,17 @@
 """`python -m bench --publish [--from JSON] [--server ...]`: the figures the README shows, all
 from one run at HEAD.
 
-Runs every scenario of `python -m bench` (full plan, every system) and the idle cost of one worker
-on 100 queues over a minute (`python -m bench --idle --rows 1:100:0 --window 60`), writes one JSON
-under docs/benchmarks/ (`<date>-published.json`: commit, date, machine, versions, the medians and
-the idle cost), and rewrites README's headline table (between its `headline` markers) from it.
-`--from JSON` only rewrites the table from a published JSON. tests/test_published_figures.py fails
-when README's table differs from the latest published JSON.
+Runs, for every system of `python -m bench` (emq-worker, BullMQ on Node.js, taskiq, SAQ, streaq,
+arq), the measurements the table shows (`--plan publish --scenarios drain,sleep,realistic,latency`:
+the full plan's sizes and median of 3, cut to no-op drains at concurrency 100, 1 ms drains at
+1 000, the realistic body on its own client and on the framework's, and pickup latency; sized
+for about 20 minutes on a quiet 2-core machine, from the peers' published jobs/s), then the
+idle cost of one worker on 100 queues over a minute (`python -m bench --idle --rows 1:100:0
+--window 60`), writes one JSON under docs/benchmarks/ (`<date>-published.json`: commit, date,
+machine, versions, the medians and the idle cost), and rewrites README's headline table
+(between its `headline` markers) from it. `--from JSON` only rewrites the table from a published
+JSON. tests/test_published_figures.py fails when README's table differs from the latest published
+JSON.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.peers import SYSTEMS
+from bench.plan import PUBLISHED_SCENARIOS
+
 REPO = Path(__file__).resolve().parent.parent
 PUBLISHED = REPO / "docs" / "benchmarks"
 README = REPO / "README.md"
@@ -27,17 +35,38 @@ BEGIN, END = "<!-- headline:begin (python -m bench --publish) -->", "<!-- headli
 IDLE_ROW, IDLE_WINDOW_S = "1:100:0", 60.0
 HEADLINE: tuple[tuple[str, str, str], ...] = (
     ("no-op jobs/s, concurrency 100", "drain.noop.c100.jobs_s", "count"),
-    ("jobs making one Redis call each, jobs/s, concurrency 100", "drain.incr.c100.jobs_s", "count"),
+    (
+        "jobs making one Redis call each on their own client, jobs/s, concurrency 100",
+        "drain.incr.c100.jobs_s",
+        "count",
+    ),
+    (
+        "the same call on the framework's client (emq-worker: `ctx.redis`)¹, jobs/s",
+        "drain.incr_handler.c100.jobs_s",
+        "count",
+    ),
     ("1 ms jobs/s, concurrency 1 000", "drain.sleep1ms.c1000.jobs_s", "count"),
     ("idle pickup p50 (enqueue to handler start)", "latency.idle.p50_ms", "ms"),
     ("worker round trips per job", "drain.noop.c100.round_trips", "ratio"),
 )
 """README's rows: a label, the metric of `median` it shows, and how it is written."""
+HANDLER_CLIENT_NOTE = (
+    "¹ arq's `ctx[\"redis\"]`, SAQ's queue client, streaq's `worker.redis`; taskiq and BullMQ hand "
+    "their jobs no client, so this row is their own client's again."
+)
 IDLE_LABEL = (
     "one idle worker on 100 queues, Redis commands/s "
     "([idle cost](docs/explanation/performance.md#idle-cost))"
 )
-LABELS = {"emq": "emq-worker", "arq": "arq", "saq": "SAQ"}
+LABELS = {
+    "emq": "emq-worker",
+    "bullmq_node": "BullMQ (Node.js)",
+    "taskiq": "taskiq",
+    "saq": "SAQ",
+    "streaq": "streaq",
+    "arq": "arq",
+}
+"""The table's columns, in order: emq-worker, then the peer users most often pick instead."""
 
 
 def latest() -> Path:
@@ -60,11 +89,12 @@ def written(value: float | None, kind: str) -> str:
 
 
 def headline(published: dict[str, Any]) -> str:
-    """README's block: where the figures come from, then the table."""
+    """README's block: where the figures come from, then the table (a column per system the
+    published run measured, a row left empty where a run did not measure it)."""
     median: dict[str, dict[str, float]] = published["median"]
     systems = [name for name in LABELS if name in median]
     versions = published.get("versions", {})
-    named = [f"{LABELS[name]} {versions.get(name, {}).get(name, '?')}" for name in systems[1:]]
+    named = [f"{LABELS[name]} {_version(versions, name)}" for name in systems[1:]]
     peers = ", ".join(named[:-1]) + (" and " if len(named) > 1 else "") + named[-1]
     machine = published["machine"]
     lines = [
@@ -77,12 +107,21 @@ def headline(published: dict[str, Any]) -> str:
         "| | " + " | ".join(LABELS[name] for name in systems) + " |",
         "| --- |" + " ---: |" * len(systems),
     ]
-    for label, metric, kind in HEADLINE:
+    shown = [row for row in HEADLINE if any(row[1] in median[name] for name in systems)]
+    for label, metric, kind in shown:
         cells = [written(median[name].get(metric), kind) for name in systems]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     idle = written(published["idle"]["commands_s"], "count")
     lines.append(f"| {IDLE_LABEL} | {idle} |" + " |" * (len(systems) - 1))
+    if any("incr_handler" in metric for _, metric, _ in shown):
+        lines += ["", HANDLER_CLIENT_NOTE]
     return "\n".join(lines)
+
+
+def _version(versions: dict[str, dict[str, str]], name: str) -> str:
+    """The system's own package version (BullMQ's is `bullmq` in `bullmq_node`'s)."""
+    package = SYSTEMS[name].packages[0] if name in SYSTEMS else name
+    return versions.get(name, {}).get(package, "?")
 
 
 def rewritten(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
@@ -123,13 +162,16 @@ def measure_idle(server: str | None) -> float:
 
 
 def run(server: str | None, quick: bool = False) -> dict[str, Any]:
+    """The publish plan's scenarios for every system (`--quick`: the quick plan's), then the
+    idle cost."""
     from bench.__main__ import main as bench_main
 
     with tempfile.TemporaryDirectory() as tmp:
         raw_path = Path(tmp) / "bench.json"
         server_args = ["--server", server] if server else []
-        quick_args = ["--quick"] if quick else []
-        code = bench_main(["--json", str(raw_path), *server_args, *quick_args])
+        plan_args = ["--quick"] if quick else ["--plan", "publish"]
+        scenarios = ["--scenarios", ",".join(PUBLISHED_SCENARIOS)]
+        code = bench_main(["--json", str(raw_path), *server_args, *plan_args, *scenarios])
         if code != 0:
             raise SystemExit(f"python -m bench failed ({code}): nothing published")
         raw = json.loads(raw_path.read_text())

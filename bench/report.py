@@ -64,8 +64,11 @@ def rows(plan: Plan) -> list[Row]:
             peer_note="no bulk API",
         ),
     ]
-    for task in ("noop", "sleep1ms"):
-        for c in plan.concurrencies:
+    for task, concurrencies in (
+        ("noop", plan.noop_concurrencies),
+        ("sleep1ms", plan.sleep_concurrencies),
+    ):
+        for c in concurrencies:
             key, what = f"drain.{task}.c{c}", f"{task} drain c={c}"
             out += [
                 Row(f"{key}.jobs_s", f"{what}: jobs/s", "higher"),
@@ -75,11 +78,13 @@ def rows(plan: Plan) -> list[Row]:
                 Row(f"{key}.round_trips", f"{what}: worker round trips/job", "lower"),
             ]
     c = plan.realistic_concurrency
-    for task, what in (
-        ("incr", "INCR body"),
-        ("incr_handler", "INCR on the framework's handler client"),
-        ("incr_cpu1ms", "INCR + 1 ms CPU body"),
-    ):
+    bodies = {
+        "incr": "INCR body",
+        "incr_handler": "INCR on the framework's handler client",
+        "incr_cpu1ms": "INCR + 1 ms CPU body",
+    }
+    for task in plan.realistic_tasks:
+        what = bodies[task]
         key, what = f"drain.{task}.c{c}", f"{what} drain c={c}"
         out += [
             Row(f"{key}.jobs_s", f"{what}: jobs/s", "higher"),

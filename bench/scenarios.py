@@ -76,6 +76,11 @@ def drain(h: Harness, system: System, task: str, concurrency: int, share: int = 
         idle = elapsed - done["on_cpu_s"] - done["cpu_wait_s"]
         h.record(system, f"{key}.worker_idle_pct", max(0.0, idle / elapsed * 100))
         h.note(system, f"{key}.worker_cpu_wait_pct", round(done["cpu_wait_s"] / elapsed * 100, 1))
+        # On a shared machine another process on the worker's core takes 5-70 % of a drain's
+        # wall time from one run to the next: jobs/s over the time the worker could run tells
+        # a slower system from a crowded core (the server's own core is not accounted for).
+        runnable = elapsed - done["cpu_wait_s"]
+        h.note(system, f"{key}.jobs_s_runnable", round(n / runnable) if runnable > 0 else None)
     h.note(system, f"{key}.redis_cpu_busy_pct", round(d.cpu_s / d.seconds * 100, 1))
     top = dict(Counter(d.calls).most_common(12))
     h.note(system, f"{key}.commands", {k: round(v / n, 3) for k, v in top.items()})

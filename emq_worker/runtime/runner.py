@@ -11,8 +11,7 @@ import asyncio
 import functools
 import os
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 from redis.exceptions import RedisError
@@ -38,8 +37,10 @@ from emq_worker.runtime.state import WorkerState
 from emq_worker.runtime.timeouts import JobTimeouts
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
+    """One job's call (a tuple: made per job on the hot path, where a frozen dataclass's
+    per-field `object.__setattr__` shows)."""
+
     task: Task
     ctx: JobContext
     kwargs: dict[str, Any]
@@ -73,6 +74,8 @@ class JobRunner:
         check_process_tasks(app)
         self.timeouts = JobTimeouts()
         self._task_policies: dict[int, Policy] = {}
+        self._services: dict[str, JobServices] = {}
+        """Per queue: what its jobs' contexts may use (one object, not one per job)."""
         self.log = get_logger()
         """What lease.confirmed_at is measured on."""
 
@@ -139,7 +142,12 @@ class JobRunner:
         return False
 
     def _prepare(self, job: ClaimedJob) -> Call:
-        services = JobServices(self.state.queues.get(job.queue), self.state.handler_client)
+        services = self._services.get(job.queue)
+        if services is None:
+            queue = self.state.queues.get(job.queue)
+            services = JobServices(queue, self.state.handler_client)
+            if queue is not None:
+                self._services[job.queue] = services
         raw = self.app.raw.get(job.queue)
         if raw is not None:
             ctx = JobContext(job, raw.name, services)
