@@ -196,15 +196,17 @@ async def _one_run(side: Side, run: int, rng: random.Random) -> dict[str, Any]:
     events = read_ledger(side.fleet.processes.ledger.path.parent)
     held = takeovers(events, long_ids, side.holder.pid, deadlines.ms, cut_at)
     settled = takeovers(events, settling, side.holder.pid, deadlines.ms, cut_at)
-    return _run_facts(run, cut_at, held, settled)
+    missing = len(long_ids) + len(settling) - len(held) - len(settled)
+    return _run_facts(run, cut_at, held, settled, missing)
 
 
 def _run_facts(
-    run: int, cut_at: float, held: list[Takeover], settled: list[Takeover]
+    run: int, cut_at: float, held: list[Takeover], settled: list[Takeover], missing: int
 ) -> dict[str, Any]:
     return {
         "run": run,
         "cut_at": round(cut_at, 3),
+        "not_running_at_cut": missing,
         "long": summarize(held),
         "settling": summarize(settled),
         "leases_lost": sum(1 for t in [*held, *settled] if t.restarted is not None),
@@ -229,11 +231,15 @@ async def partition_runs(directory: Path, size: CutSize, seed: int = 26) -> RowR
 
 
 def promise_kept(result: RowResult) -> bool:
-    """Issue 26's promise for the row, beyond the checker's verdict: no job ran on both workers
-    at once, and a short cut cost no lease."""
+    """Issue 26's promise for the row, beyond the checker's verdict: a long cut found A running
+    every job of the run and no job ran on both workers at once; a short cut cost no lease."""
     facts = result.facts
     if result.sizes["scenario"] in LONG_CUTS:
-        return bool(facts["overlapped"] == 0 and facts["taken_over"] == facts["held_at_cut"])
+        return bool(
+            facts["overlapped"] == 0
+            and facts["not_running_at_cut"] == 0
+            and facts["taken_over"] == facts["held_at_cut"]
+        )
     return bool(facts["leases_lost"] == 0)
 
 
@@ -244,6 +250,7 @@ def _totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
     gaps = [r["min_gap_ms"] for r in long if r["min_gap_ms"] is not None]
     return {
         "held_at_cut": sum(r["long"]["held_at_cut"] + r["settling"]["held_at_cut"] for r in runs),
+        "not_running_at_cut": sum(r["not_running_at_cut"] for r in runs),
         "taken_over": sum(r["long"]["taken_over"] + r["settling"]["taken_over"] for r in runs),
         "overlapped": sum(r["overlapped"] for r in long),
         "max_overlap_ms": max((r["max_overlap_ms"] for r in long), default=0.0),

@@ -45,6 +45,7 @@ async def check_takeover(tmp_path: Path, size: CutSize) -> None:
     facts = result.facts
     extra = int(size.hog) + int(size.scenario == "late")  # the loop-blocking job
     held = size.runs * (size.long_jobs + size.settling_jobs + extra)
+    assert facts["not_running_at_cut"] == 0, facts  # (a claim answered late, given up unstarted)
     assert facts["taken_over"] == facts["held_at_cut"] == held, facts
     assert facts["never_stopped"] == 0, facts
     assert facts["overlapped"] == 0, (
