@@ -59,6 +59,8 @@ LATE_TICK_MS = 30
 AFTER_LATE_TICK_S = 0.1
 """The `late` cut begins this long after the tick: its renewal has been answered."""
 SETTLE_AFTER_CUT_S = 0.010
+LONG_POLL_MS = 250
+"""How often a long job looks for its end time: seldom, so 20 of them add little to A's loop."""
 DRAIN_WITHIN_S = 60.0
 
 
@@ -78,8 +80,7 @@ class CutSize:
     short_leases: float = 0.4
     """How long the `tick` and `random` cuts last, in leases."""
     job_leases: float = 4.0
-    """How long a long job's first attempt runs, in leases past a short cut (and past a long
-    cut's own length)."""
+    """How long a long job's first attempt runs past the cut's end, in leases."""
 
     def holder_args(self, url: str) -> list[str]:
         """`emq-worker run` arguments for A (B's fleet adds queue, URL, lease and beat)."""
@@ -112,8 +113,19 @@ class Side:
     size: CutSize
 
 
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """The cut, the server in its namespace, the worker processes and the probe's client."""
+
+    cut: netns.Partition
+    server: netns.NamespacedServer
+    processes: WorkerProcesses
+    client: Redis
+
+
 @asynccontextmanager
-async def sides(directory: Path, size: CutSize) -> AsyncIterator[Side]:
+async def namespaced(directory: Path) -> AsyncIterator[Stage]:
+    """A partition, the server inside it and a probe on its unix socket; all gone on exit."""
     with (
         netns.partition() as cut,
         netns.NamespacedServer(cut, directory / "server") as server,
@@ -121,29 +133,36 @@ async def sides(directory: Path, size: CutSize) -> AsyncIterator[Side]:
     ):
         client = connect(server.local_url, DEFAULT_WIRE_VERSION, retry=Retry(TEST_BACKOFF, 20))
         try:
-            args = size.holder_args(server.veth_url)
-            holder = netns.spawn_inside(processes, cut.inside(cut.worker_ns), "a", args)
-            await holder.wait_event("worker_started", within_s=60)
-            url, cadence = server.local_url, size.cadence_args()
-            fleet = Fleet(
-                processes, size.queue, url, size.lease_ms, size.beat_ms, cadence, name="b"
-            )
-            yield Side(cut, client, holder, fleet, size)
+            yield Stage(cut, server, processes, client)
         finally:
             await client.aclose()
+
+
+@asynccontextmanager
+async def sides(directory: Path, size: CutSize) -> AsyncIterator[Side]:
+    async with namespaced(directory) as stage:
+        cut, server, processes = stage.cut, stage.server, stage.processes
+        args = size.holder_args(server.veth_url)
+        holder = netns.spawn_inside(processes, cut.inside(cut.worker_ns), "a", args)
+        await holder.wait_event("worker_started", within_s=60)
+        url, cadence = server.local_url, size.cadence_args()
+        fleet = Fleet(processes, size.queue, url, size.lease_ms, size.beat_ms, cadence, name="b")
+        yield Side(cut, stage.client, holder, fleet, size)
 
 
 async def _claim_all(side: Side, release: Path) -> tuple[list[str], list[str]]:
     """Enqueue one run's jobs and wait until A runs them all: (long ones, settling ones)."""
     size, client, queue = side.size, side.client, side.size.queue
-    # A long cut's jobs outlast the cut itself: however long B takes to start on a loaded
-    # machine, A is still running them when the link goes down.
-    cut = size.cut_leases if size.scenario in LONG_CUTS else 0.0
-    job_ms = int(size.lease_ms * (size.job_leases + cut))
-    long_ids = await enqueue(client, queue, size.long_jobs, "hold", ms=job_ms, again_ms=50)
+    # The long jobs' first attempts last until a time written once the link is down (their
+    # release file): however long B takes to start on a loaded machine, A is still running
+    # them at the cut, and past its end.
+    ended = str(_long_file(release))
+    long = {"release": ended, "again_ms": 50, "poll_ms": LONG_POLL_MS}
+    long_ids = await enqueue(client, queue, size.long_jobs, "hold", **long)
     if size.hog:
-        long_ids += await enqueue(client, queue, 1, "hog", ms=job_ms)
+        long_ids += await enqueue(client, queue, 1, "hog", release=ended)
     if size.scenario == "late":
+        job_ms = int(size.lease_ms * (size.job_leases + size.cut_leases))
         stall = {"release": str(_stall_file(release)), "block_ms": LATE_TICK_MS, "ms": job_ms}
         long_ids += await enqueue(client, queue, 1, "stall", **stall)
     settling = await enqueue(client, queue, size.settling_jobs, "hold", release=str(release))
@@ -155,6 +174,10 @@ async def _claim_all(side: Side, release: Path) -> tuple[list[str], list[str]]:
 
 def _stall_file(release: Path) -> Path:
     return release.with_name(f"{release.name}-stall")
+
+
+def _long_file(release: Path) -> Path:
+    return release.with_name(f"{release.name}-long")
 
 
 async def _cut_at(side: Side, rng: random.Random, jobs: list[str], release: Path) -> float:
@@ -185,6 +208,8 @@ async def _one_run(side: Side, run: int, rng: random.Random) -> dict[str, Any]:
         # Released once the link is down (`ip` can take tens of ms on a loaded machine), so
         # these handlers return, and send their completions, inside the cut.
         release.write_text(str(time.time() + SETTLE_AFTER_CUT_S), encoding="utf-8")
+        long_s = (cut_leases + size.job_leases) * size.lease_ms / 1000
+        _long_file(release).write_text(str(time.time() + long_s), encoding="utf-8")
         side.fleet.faults.append(Fault("partition", time.monotonic(), side.holder.pid))
         group.start_soon(deadlines.poll, side.client)
         await anyio.sleep(max(0.0, cut_at + cut_leases * size.lease_ms / 1000 - time.time()))

@@ -23,90 +23,75 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-from redis.asyncio.retry import Retry
 
-from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
-from emq_worker.valkey.connection import connect
 from tests.chaos import netns
 from tests.chaos.checker import Fault
 from tests.chaos.faults import Fleet, enqueue, judge, wait_drained
 from tests.chaos.ledger import START, read_ledger
-from tests.chaos.netcut import CutSize, sides
-from tests.chaos.rows import (
-    STOP_WITHIN_S,
-    TEST_BACKOFF,
-    RowResult,
-    _sizes,
-    stop_gracefully,
-    wait_started,
-)
-from tests.support.processes import REPO_ROOT, WorkerProcesses
+from tests.chaos.netcut import CutSize, namespaced, sides
+from tests.chaos.rows import STOP_WITHIN_S, RowResult, _sizes, stop_gracefully, wait_started
+from tests.support.processes import REPO_ROOT
 from tests.support.wait import until
 
+CADENCE = CutSize(runs=1)
+"""The workers' lease, beat, renewal and concurrency: the partition rows' (netcut.py)."""
 PRODUCER_EXIT_WITHIN_S = 150.0
 """The producer gives up re-sending after 120 s (netproducer.GIVE_UP_S)."""
 
 
+BURST_PAUSE_MS = 20
+PRODUCER_TIMEOUT_MS = 500
+"""The producer's socket timeout: its call in flight at the cut fails within the cut."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerCutSize:
+    """`bursts` calls of `burst` ids each, BURST_PAUSE_MS apart; the cut lasts `cut_s` from the
+    `cut_after`-th acknowledged burst."""
+
+    cut_s: float = 3.0
+    cut_after: int = 50
     bursts: int = 200
     burst: int = 25
-    pause_ms: int = 20
-    cut_after: int = 50
-    """The link goes down once this many bursts were acknowledged."""
-    cut_s: float = 3.0
-    timeout_ms: int = 500
-    """The producer's socket timeout: its call in flight at the cut fails within the cut."""
-    lease_ms: int = 1_500
-    beat_ms: int = 250
-    concurrency: int = 20
 
 
 async def producer_cut(directory: Path, size: ProducerCutSize) -> RowResult:
     """See the module docstring (`producer`)."""
-    began = time.monotonic()
-    queue = "chaos.netheal.producer"
-    out = directory / "producer"
+    out, queue = directory / "producer", "chaos.netheal.producer"
     out.mkdir(parents=True)
-    with (
-        netns.partition() as cut,
-        netns.NamespacedServer(cut, directory / "server") as server,
-        WorkerProcesses(directory / "workers") as processes,
-    ):
-        client = connect(server.local_url, DEFAULT_WIRE_VERSION, retry=Retry(TEST_BACKOFF, 20))
+    began = time.monotonic()
+    async with namespaced(directory) as stage:
+        client, processes = stage.client, stage.processes
+        fleet = Fleet.sized(processes, queue, stage.server.local_url, CADENCE, max_attempts=20)
+        await fleet.start(1)
+        child = _spawn_producer(stage.cut, stage.server.veth_url, queue, out, size)
         try:
-            fleet = Fleet.sized(processes, queue, server.local_url, size, max_attempts=20)
-            await fleet.start(1)
-            child = _spawn_producer(cut, server.veth_url, queue, out, size)
-            try:
-                await until(
-                    lambda: _acked(out) >= size.cut_after * size.burst,
-                    within=60,
-                    what=f"{size.cut_after} bursts acknowledged before the cut",
-                )
-                before = _acked(out)
-                cut.cut()
-                fleet.faults.append(Fault("partition", time.monotonic()))
-                await anyio.sleep(size.cut_s)
-                cut.heal()
-                await until(
-                    lambda: child.poll() is not None,
-                    within=PRODUCER_EXIT_WITHIN_S,
-                    what="the producer done",
-                )
-            finally:
-                if child.poll() is None:
-                    child.kill()
-                    child.wait()
-            ids = _acked_ids(out)
-            await wait_drained(client, queue, within_s=60)
-            await stop_gracefully(fleet)
-            verdict = await judge(client, fleet, ids)
-            starts = collections.Counter(
-                e.job for e in read_ledger(processes.ledger.path.parent) if e.kind == START
+            await until(
+                lambda: _acked(out) >= size.cut_after * size.burst,
+                within=60,
+                what=f"{size.cut_after} bursts acknowledged before the cut",
+            )
+            before = _acked(out)
+            stage.cut.cut()
+            fleet.faults.append(Fault("partition", time.monotonic()))
+            await anyio.sleep(size.cut_s)
+            stage.cut.heal()
+            await until(
+                lambda: child.poll() is not None,
+                within=PRODUCER_EXIT_WITHIN_S,
+                what="the producer done",
             )
         finally:
-            await client.aclose()
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        ids = _acked_ids(out)
+        await wait_drained(client, queue, within_s=60)
+        await stop_gracefully(fleet)
+        verdict = await judge(client, fleet, ids)
+        starts = collections.Counter(
+            e.job for e in read_ledger(processes.ledger.path.parent) if e.kind == START
+        )
     facts = {
         "producer_exit": child.returncode,
         "acknowledged": len(ids),
@@ -118,9 +103,8 @@ async def producer_cut(directory: Path, size: ProducerCutSize) -> RowResult:
         "ran_twice_or_more": sum(1 for job in set(ids) if starts[job] > 1),
         "never_ran": sum(1 for job in set(ids) if starts[job] == 0),
     }
-    return RowResult(
-        "netns producer cut mid-burst", verdict, _sizes(size), time.monotonic() - began, facts
-    )
+    row = "netns producer cut mid-burst"
+    return RowResult(row, verdict, _sizes(size), time.monotonic() - began, facts)
 
 
 def _spawn_producer(
@@ -132,7 +116,7 @@ def _spawn_producer(
         *cut.inside(cut.worker_ns),
         *(sys.executable, "-m", "tests.chaos.netproducer", url, queue, str(out)),
         *("--bursts", str(size.bursts), "--burst", str(size.burst)),
-        *("--pause-ms", str(size.pause_ms), "--timeout-ms", str(size.timeout_ms)),
+        *("--pause-ms", str(BURST_PAUSE_MS), "--timeout-ms", str(PRODUCER_TIMEOUT_MS)),
     ]
     with (out / "producer.log").open("ab") as log:
         return subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=log, stderr=log)
@@ -158,26 +142,15 @@ class LongCutSize:
     """Long jobs A runs at the cut (B takes them over)."""
     fresh_jobs: int = 10
     """Jobs enqueued right after the heal, for A alone."""
-    lease_ms: int = 1_500
-    beat_ms: int = 250
-    renew_every_ms: int = 500
-    concurrency: int = 40
 
 
 async def long_cut(directory: Path, size: LongCutSize) -> RowResult:
-    """See the module docstring (`longcut`)."""
+    """See the module docstring (`longcut`); the workers run at the partition rows' cadence."""
     began = time.monotonic()
-    cadence = CutSize(
-        "long",
-        runs=1,
-        lease_ms=size.lease_ms,
-        beat_ms=size.beat_ms,
-        renew_every_ms=size.renew_every_ms,
-        concurrency=size.concurrency,
-    )
+    cadence = CADENCE
     async with sides(directory, cadence) as side:
         client, queue, processes = side.client, cadence.queue, side.fleet.processes
-        held_ms = int(size.cut_s * 1000 + 4 * size.lease_ms)
+        held_ms = int(size.cut_s * 1000 + 4 * cadence.lease_ms)
         ids = await enqueue(client, queue, size.jobs, "hold", ms=held_ms, again_ms=50)
         await wait_started(processes, ids)
         rescuer = (await side.fleet.start(1))[0]

@@ -11,7 +11,7 @@ import pytest
 from emq_worker.runtime.config import SOCKET_TIMEOUT_MARGIN_MS
 from emq_worker.runtime.queue_health import BACKOFF_CAP_S
 from tests.chaos import netns
-from tests.chaos.netheal import LongCutSize, ProducerCutSize, long_cut, producer_cut
+from tests.chaos.netheal import CADENCE, LongCutSize, ProducerCutSize, long_cut, producer_cut
 from tests.chaos.test_netns_partitions import assert_safe
 
 REASON = netns.unavailable()
@@ -45,6 +45,6 @@ async def test_a_worker_cut_off_long_stays_up_and_resumes_after_the_heal(tmp_pat
     facts = result.facts
     assert facts["holder_up_after_heal"], facts
     assert facts["fresh_started_by_holder"] == facts["fresh_jobs"] == size.fresh_jobs, facts
-    bound_s = (size.beat_ms + SOCKET_TIMEOUT_MARGIN_MS) / 1000 + BACKOFF_CAP_S + RESUME_SLACK_S
+    bound_s = (CADENCE.beat_ms + SOCKET_TIMEOUT_MARGIN_MS) / 1000 + BACKOFF_CAP_S + RESUME_SLACK_S
     assert facts["resumed_s"] <= bound_s, facts
     assert_safe(result)
