@@ -50,6 +50,7 @@ from tests.chaos.rows import (
     wait_started,
 )
 from tests.support.processes import REPO_ROOT, WorkerProcess, WorkerProcesses
+from tests.support.wait import until
 
 SCENARIOS = ("long", "late", "tick", "random")
 LONG_CUTS = ("long", "late")
@@ -204,7 +205,10 @@ async def _one_run(side: Side, run: int, rng: random.Random) -> dict[str, Any]:
     cut_leases = size.cut_leases if size.scenario in LONG_CUTS else size.short_leases
     async with anyio.create_task_group() as group:
         await anyio.sleep(max(0.0, cut_at - time.time()))
-        side.cut.cut()
+        timed = side.cut.cut_for(
+            cut_leases * size.lease_ms / 1000, release.with_name(f"{release.name}-cut.log")
+        )
+        await until(timed.is_down, what="the link down", within=netns.IP_TIMEOUT_S)
         # Released once the link is down (`ip` can take tens of ms on a loaded machine), so
         # these handlers return, and send their completions, inside the cut.
         release.write_text(str(time.time() + SETTLE_AFTER_CUT_S), encoding="utf-8")
@@ -212,8 +216,9 @@ async def _one_run(side: Side, run: int, rng: random.Random) -> dict[str, Any]:
         _long_file(release).write_text(str(time.time() + long_s), encoding="utf-8")
         side.fleet.faults.append(Fault("partition", time.monotonic(), side.holder.pid))
         group.start_soon(deadlines.poll, side.client)
-        await anyio.sleep(max(0.0, cut_at + cut_leases * size.lease_ms / 1000 - time.time()))
-        side.cut.heal()
+        cut_s = cut_leases * size.lease_ms / 1000
+        await until(timed.healed, what="the link up", within=cut_s + netns.IP_TIMEOUT_S)
+        began, healed = timed.span()
         await wait_drained(side.client, size.queue, within_s=DRAIN_WITHIN_S)
         group.cancel_scope.cancel()
     rescuer.send(signal.SIGTERM)
@@ -222,7 +227,8 @@ async def _one_run(side: Side, run: int, rng: random.Random) -> dict[str, Any]:
     held = takeovers(events, long_ids, side.holder.pid, deadlines.ms, cut_at)
     settled = takeovers(events, settling, side.holder.pid, deadlines.ms, cut_at)
     missing = len(long_ids) + len(settling) - len(held) - len(settled)
-    return _run_facts(run, cut_at, held, settled, missing)
+    facts = _run_facts(run, cut_at, held, settled, missing)
+    return {**facts, "cut_ms": round((healed - began) * 1000, 1)}
 
 
 def _run_facts(
@@ -286,6 +292,7 @@ def _totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "leases_lost": sum(r["leases_lost"] for r in runs),
         "long_leases_lost": sum(r["long_leases_lost"] for r in runs),
         "runs_losing_leases": sum(1 for r in runs if r["long_leases_lost"]),
+        "cut_ms": _span([r["cut_ms"] for r in runs]),
     }
 
 
