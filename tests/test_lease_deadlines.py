@@ -21,8 +21,9 @@ LEASE_S, MARGIN_S = 0.3, 0.05
 
 
 def a_lease(n: int, confirmed_at: float) -> Lease:
+    """A lease whose handler runs (an unstarted one is left to the pre-start check)."""
     job = ClaimedJob("q", JobId(f"JOB{n:011d}"), b"{}", Token(1), "nonce")
-    return Lease(job=job, confirmed_at=confirmed_at)
+    return Lease(job=job, confirmed_at=confirmed_at, started=True)
 
 
 @pytest.mark.parametrize(

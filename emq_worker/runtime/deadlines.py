@@ -78,8 +78,11 @@ class LocalDeadlines:
             if not self._book.holds(lease):
                 continue  # settled, lost or released meanwhile
             at = self.deadline(lease)
-            if lease.settling:  # its outcome's own reply decides it; look again later
-                at = max(at, now + self._recheck_s)
+            if at <= now and (lease.settling or not lease.started):
+                # Its outcome's own reply decides it, or no handler runs yet and the pre-start
+                # check decides whether one may (a claim answered late): look again later. (A
+                # deadline still ahead stays as it is: the handler may start before it.)
+                at = now + self._recheck_s
             if at > now:
                 heapq.heappush(heap, (at, next(self._order), lease))
                 continue

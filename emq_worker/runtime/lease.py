@@ -27,6 +27,10 @@ class Lease:
     answered was sent: the lease's local deadline is this plus the lease less the stop margin."""
     task: asyncio.Task[None] | None = None
     """The job's task once it runs: a lost lease cancels exactly this task."""
+    started: bool = False
+    """Its handler has begun. Before that nothing runs, so the local deadline stops nothing: a
+    lease that arrives already past it (a claim answered late) is confirmed by the pre-start
+    check instead (prestart.py), and the handler starts only on a confirmed lease."""
     lost: bool = False
     cancel_requested: bool = False
     """An operator asked to cancel this job: it is stopped and settled dead, still fenced."""

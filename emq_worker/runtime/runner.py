@@ -93,6 +93,7 @@ class JobRunner:
             # Retrying cannot help a job nobody can decode or run: dead-letter it at once.
             self.batcher.submit(lease, Failure(lease.held, 0, 0, str(exc)), "(unrunnable)")
             return
+        lease.started = True  # from here the local deadline stops it (deadlines.py)
         lease.span = call.ctx.span = span = tracing.start_attempt(
             job.queue,
             call.task.name,
@@ -125,13 +126,14 @@ class JobRunner:
 
     async def _still_held(self, lease: Lease) -> bool:
         """False when the lease, last confirmed over half a lease ago (the worker stalled since
-        the claim or the hand-off), turns out lost: the job is dropped unstarted (prestart.py)."""
+        the claim or the hand-off, or the claim was answered late), turns out lost or cannot be
+        confirmed past its local deadline: the job is dropped unstarted (prestart.py)."""
         now = self.state.clock.monotonic()
         queue = self.state.queues.get(lease.job.queue)
-        if queue is None or not needs_check(lease, self.state.settings.lease_ms, now):
+        if queue is None or not needs_check(lease, self.state.settings, now):
             return True
         try:
-            held = await still_held(lease, queue, self.state.settings.lease_ms, now)
+            held = await still_held(lease, queue, self.state.settings, now)
         except asyncio.CancelledError:
             if not absorb_cancel(lease):
                 raise  # the worker is stopping: the lease is handed back

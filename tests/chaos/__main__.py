@@ -25,11 +25,13 @@ from typing import Any
 import anyio
 
 from emq_worker.observe import log
-from tests.chaos import lanes, netcut, netns, publish, recovery, resend, rows
+from tests.chaos import lanes, netcut, netheal, netns, publish, recovery, resend, rows
 from tests.chaos.test_connections import HELD_CI, KILL_CI, LOST_CI
 from tests.chaos.test_enqueue_resend import RESEND_CI
 from tests.chaos.test_kill_recovery import CI_SIZE as RECOVERY_CI
 from tests.chaos.test_lanes_kill import CI_SIZE as LANES_CI
+from tests.chaos.test_netns_heal import LONGCUT_CI as NETNS_LONGCUT_CI
+from tests.chaos.test_netns_heal import PRODUCER_CI
 from tests.chaos.test_netns_partitions import HOG_CI, LATE_CI, LONG_CI, RANDOM_CI, TICK_CI
 from tests.chaos.test_partitions import LATENCY_CI, SHORT_CI
 from tests.chaos.test_partitions import LONG_CI as LONGCUT_CI
@@ -81,8 +83,16 @@ SPECS: dict[str, Spec] = {
     "netns-late": Spec(netcut.partition_runs, LATE_CI, netcut.CutSize("late")),
     "netns-tick": Spec(netcut.partition_runs, TICK_CI, netcut.CutSize("tick")),
     "netns-random": Spec(netcut.partition_runs, RANDOM_CI, netcut.CutSize("random")),
+    "netns-producer": Spec(netheal.producer_cut, PRODUCER_CI, netheal.ProducerCutSize()),
+    "netns-30s": Spec(netheal.long_cut, NETNS_LONGCUT_CI, netheal.LongCutSize()),
 }
 NEEDS_NAMESPACES = ("netns-",)
+PROMISES: dict[Row, Callable[[rows.RowResult], bool]] = {
+    netcut.partition_runs: netcut.promise_kept,
+    netheal.producer_cut: netheal.promise_kept,
+    netheal.long_cut: netheal.promise_kept,
+}
+"""A row's own promise beyond the checker's verdict (issue 26's figures)."""
 
 COLUMNS = (
     ("row", 36),
@@ -124,9 +134,8 @@ async def run_rows(names: list[str], full: bool) -> list[dict[str, Any]]:
         print(f"--- {name}: {size}", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as directory:
             result = await spec.run(Path(directory), size)
-        ok = result.verdict.ok and (
-            spec.run is not netcut.partition_runs or netcut.promise_kept(result)
-        )
+        promise = PROMISES.get(spec.run)
+        ok = result.verdict.ok and (promise is None or promise(result))
         record = {"name": name, "ok": ok, **result.record()}
         print(json.dumps(record), file=sys.stderr, flush=True)
         records.append(record)

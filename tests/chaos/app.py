@@ -34,14 +34,18 @@ RELEASE_WITHIN_S = 120.0
 
 
 @app.task
-async def hold(ctx: JobContext, ms: int = 0, again_ms: int = 0, release: str = "") -> None:
+async def hold(
+    ctx: JobContext, ms: int = 0, again_ms: int = 0, release: str = "", poll_ms: int = 10
+) -> None:
     """Hold the first attempt `ms` (later ones `again_ms`), or, with `release`, until the wall
-    time written in that file (polled), so a test can end it at an instant it chooses. A
-    cancellation is recorded as `stopped` (the instant the handler learnt it must stop)."""
+    time written in that file (polled every `poll_ms`), so a test can end it at an instant it
+    chooses (with `again_ms` too, only the first attempt waits for it). A cancellation is
+    recorded as `stopped` (the instant the handler learnt it must stop)."""
     record(START, ctx)
     try:
-        if release:
-            await anyio.sleep(max(0.0, await _released_at(Path(release)) - time.time()))
+        if release and (ctx.attempt == 1 or not again_ms):
+            released_at = await _released_at(Path(release), poll_ms / 1000)
+            await anyio.sleep(max(0.0, released_at - time.time()))
         else:
             await anyio.sleep((ms if ctx.attempt == 1 else again_ms) / 1000)
     except anyio.get_cancelled_exc_class():
@@ -50,23 +54,47 @@ async def hold(ctx: JobContext, ms: int = 0, again_ms: int = 0, release: str = "
     record(DONE, ctx)
 
 
-async def _released_at(path: Path) -> float:
-    """The wall time in `path`, once the test has written it (a write of a few bytes)."""
-    released = anyio.Path(path)
-    await eventually(released.exists, timeout=RELEASE_WITHIN_S, what=f"{path} written")
-    return float(await released.read_text(encoding="utf-8"))
+def _written_time(path: Path) -> float | None:
+    """The wall time in `path`, or None while it is not (wholly) written."""
+    try:
+        return float(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+async def _released_at(path: Path, poll_s: float | None = None) -> float:
+    """The wall time in `path`, once the test has written it (a write of a few bytes), looked
+    for every `poll_s` (without a thread: many handlers wait at once beside the worker's own
+    work), or at the test helpers' pace."""
+    if poll_s is None:
+        released = anyio.Path(path)
+        await eventually(released.exists, timeout=RELEASE_WITHIN_S, what=f"{path} written")
+        return float(await released.read_text(encoding="utf-8"))
+    give_up = time.monotonic() + RELEASE_WITHIN_S
+    while (at := _written_time(path)) is None:
+        if time.monotonic() > give_up:
+            raise AssertionError(f"{path} not written within {RELEASE_WITHIN_S} s")
+        await anyio.sleep(poll_s)
+    return at
 
 
 @app.task
-async def hog(ctx: JobContext, ms: int, block_ms: int = 30, every_ms: int = 100) -> None:
-    """Block the event loop `block_ms` in every `every_ms` for `ms` on the first attempt (a
-    handler doing some sync work between awaits); a cancellation is recorded as `stopped`."""
+async def hog(
+    ctx: JobContext, ms: int = 0, block_ms: int = 30, every_ms: int = 100, release: str = ""
+) -> None:
+    """Block the event loop `block_ms` in every `every_ms` on the first attempt (a handler doing
+    some sync work between awaits) for `ms`, or with `release` until the wall time written in
+    that file; a cancellation is recorded as `stopped`."""
     record(START, ctx)
     try:
-        end = time.monotonic() + (ms if ctx.attempt == 1 else 0) / 1000
-        while time.monotonic() < end:
+        end: float | None = time.time() + (ms if ctx.attempt == 1 else 0) / 1000
+        if release and ctx.attempt == 1:
+            end = None
+        while end is None or time.time() < end:
             time.sleep(block_ms / 1000)  # noqa: ASYNC251 - blocking the loop is the point
             await anyio.sleep((every_ms - block_ms) / 1000)
+            if end is None:
+                end = _written_time(Path(release))
     except anyio.get_cancelled_exc_class():
         record(STOPPED, ctx)
         raise

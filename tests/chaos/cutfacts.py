@@ -1,12 +1,14 @@
 """What the namespace partition rows measure, from the server and the handlers' ledger.
 
-- `Deadlines`: the cut-off holder's lease deadline per job (its `active` score, server clock in
-  ms, last seen while the job was still at attempt 1), polled through the unix socket.
+- `Deadlines`: the lease deadline per job and attempt (its `active` score, server clock in ms,
+  last seen while the job was at that attempt), polled through the unix socket.
 - `next_renewal`: the wall time of the holder's next renewal tick, from the instants its
   renewals moved a deadline (a renewal sets the score to server TIME + lease).
-- `takeovers`: per job the holder was running at the cut, when its handler stopped (`stopped`
-  or `done` in the ledger, wall clock), when another worker started it again (attempt 2), both
-  against the deadline; an overlap is a start before the stop.
+- `takeovers`: per job whose handler the holder was running at the cut (it started an attempt
+  and had not ended it), when that handler stopped (`stopped` or `done` in the ledger, wall
+  clock), when a later attempt started, both against that attempt's deadline; an overlap is a
+  start before the stop. A job the holder was not running at the cut (its attempt never
+  started, or ended before) is none of these.
 
 The server runs on this host, so its TIME and `time.time()` are one clock.
 """
@@ -29,11 +31,11 @@ POLL_S = 0.005
 
 @dataclass(slots=True)
 class Deadlines:
-    """The last attempt-1 deadline (ms, server clock) seen per job while polling."""
+    """The last deadline (ms, server clock) seen per (job, attempt) while polling."""
 
     queue: str
     ids: Sequence[str]
-    ms: dict[str, float] = field(default_factory=dict)
+    ms: dict[tuple[str, int], float] = field(default_factory=dict)
 
     async def sample(self, client: Redis) -> None:
         keys = QueueKeys.of(self.queue)
@@ -43,8 +45,8 @@ class Deadlines:
                 pipe.hget(keys.job(job), "attempts")
             replies = await pipe.execute()
         for job, score, attempts in zip(self.ids, replies[::2], replies[1::2], strict=True):
-            if score is not None and int(attempts or 0) == 1:
-                self.ms[job] = float(score)
+            if score is not None:
+                self.ms[(job, int(attempts or 0))] = float(score)
 
     async def poll(self, client: Redis) -> None:
         """Sample until cancelled."""
@@ -116,19 +118,27 @@ def takeovers(
     events: Sequence[Event],
     jobs: Sequence[str],
     holder: int,
-    deadlines: dict[str, float],
+    deadlines: dict[tuple[str, int], float],
     cut_at: float,
 ) -> list[Takeover]:
-    """Per job of `jobs` whose attempt 1 pid `holder` was still running at `cut_at` (wall
+    """Per job of `jobs` whose handler pid `holder` was still running at `cut_at` (wall
     seconds): its stop and its restart."""
     found = []
     for job in jobs:
-        mine = [e for e in events if e.job == job and e.pid == holder and e.attempt == 1]
+        began = [
+            e
+            for e in events
+            if e.job == job and e.pid == holder and e.kind == START and e.wall < cut_at
+        ]
+        if not began:
+            continue  # the holder never ran it before the cut: not held
+        attempt = began[-1].attempt
+        mine = [e for e in events if e.job == job and e.pid == holder and e.attempt == attempt]
         ends = [e for e in mine if e.kind in (STOPPED, DONE)]
         if ends and ends[0].wall < cut_at:
             continue  # it ended before the cut: not held
-        again = [e for e in events if e.job == job and e.kind == START and e.attempt > 1]
-        deadline = deadlines.get(job)
+        again = [e for e in events if e.job == job and e.kind == START and e.attempt > attempt]
+        deadline = deadlines.get((job, attempt))
         found.append(
             Takeover(
                 job,

@@ -85,9 +85,47 @@ class Partition:
     def heal(self) -> None:
         _ip("-n", self.server_ns, "link", "set", self.server_link, "up")
 
+    def cut_for(self, seconds: float, log: Path) -> TimedCut:
+        """Take the link down for `seconds` in a helper process of its own, at a raised
+        priority: a loaded test process may wake late from its own sleep and heal late, which
+        lengthens a short cut past what the row claims. The helper writes the wall time before
+        the cut and after the heal to `log`."""
+        ns, link = self.server_ns, self.server_link
+        script = (
+            f"date +%s.%N; ip -n {ns} link set {link} down; echo down; "
+            f"sleep {seconds:.3f}; ip -n {ns} link set {link} up; date +%s.%N"
+        )
+        with log.open("wb") as out:
+            popen = subprocess.Popen(["nice", "-n", "-10", "sh", "-c", script], stdout=out)
+        return TimedCut(popen, log)
+
     def inside(self, namespace: str) -> list[str]:
         """The command prefix that runs a program inside `namespace` (it execs: same pid)."""
         return ["ip", "netns", "exec", namespace]
+
+
+@dataclass(frozen=True, slots=True)
+class TimedCut:
+    """A cut under way in its helper process (`Partition.cut_for`)."""
+
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def _lines(self) -> list[str]:
+        return self.log.read_text(encoding="utf-8").split()
+
+    def is_down(self) -> bool:
+        return "down" in self._lines()
+
+    def healed(self) -> bool:
+        return self.popen.poll() is not None
+
+    def span(self) -> tuple[float, float]:
+        """(wall time just before the link went down, just after it came up), once healed."""
+        if self.popen.wait(timeout=IP_TIMEOUT_S) != 0:
+            raise RuntimeError(f"the timed cut failed: {self._lines()}")
+        lines = self._lines()
+        return float(lines[0]), float(lines[-1])
 
 
 @contextmanager

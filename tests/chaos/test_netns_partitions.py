@@ -45,6 +45,7 @@ async def check_takeover(tmp_path: Path, size: CutSize) -> None:
     facts = result.facts
     extra = int(size.hog) + int(size.scenario == "late")  # the loop-blocking job
     held = size.runs * (size.long_jobs + size.settling_jobs + extra)
+    assert facts["not_running_at_cut"] == 0, facts  # (a claim answered late, given up unstarted)
     assert facts["taken_over"] == facts["held_at_cut"] == held, facts
     assert facts["never_stopped"] == 0, facts
     assert facts["overlapped"] == 0, (
@@ -81,7 +82,8 @@ async def check_no_lease_lost(tmp_path: Path, size: CutSize) -> None:
     assert facts["leases_lost"] == 0, (
         f"a cut of {size.short_leases} x lease cost {facts['leases_lost']} leases "
         f"({facts['runs_losing_leases']} of {size.runs} runs); "
-        f"self-fenced {facts['holder_self_fenced']}, reaped {facts['job_reaped']}"
+        f"self-fenced {facts['holder_self_fenced']}, reaped {facts['job_reaped']}; the cuts "
+        f"lasted {facts['cut_ms']} ms (min, median, max; the link down to up)"
     )
     assert result.verdict.extra_runs == 0
     assert_safe(result)
