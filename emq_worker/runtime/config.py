@@ -127,8 +127,15 @@ class WorkerSettings:
     `run --check`): each attempt ends within it. Once serving, the worker's own connection
     waits longer than its park (`socket_timeout_ms`)."""
 
-    address: RedisAddress = field(init=False, repr=False, compare=False)
-    """`redis_url` parsed once, here: what the worker connects and names the server with."""
+    parsed_url: RedisAddress | None = field(default=None, repr=False, compare=False)
+    """`redis_url` parsed, set on construction (None: parse it); a copy made with
+    `dataclasses.replace` (other queues, say) carries it along instead of parsing again."""
+
+    @property
+    def address(self) -> RedisAddress:
+        """`redis_url` parsed once: what the worker connects and names the server with."""
+        assert self.parsed_url is not None  # set by __post_init__
+        return self.parsed_url
 
     @property
     def policy(self) -> Policy:
@@ -142,12 +149,12 @@ class WorkerSettings:
             validate_queue_name(queue)
         if len(set(self.queues)) != len(self.queues):
             raise ConfigError(f"queues must be distinct; got {list(self.queues)}", setting="queues")
-        object.__setattr__(self, "address", RedisAddress.parse(self.redis_url))
+        if self.parsed_url is None or self.parsed_url.url != self.redis_url:
+            object.__setattr__(self, "parsed_url", RedisAddress.parse(self.redis_url))
         _at_least("concurrency", self.concurrency, 1)
         _at_least("lease_ms", self.lease_ms, 30)
         _at_least("beat_ms", self.beat_ms, 10)
-        if self.check_window_ms != 0:
-            _at_least("check_window_ms", self.check_window_ms, self.beat_ms)
+        _zero_or_at_least("check_window_ms", self.check_window_ms, self.beat_ms)
         _at_least("renew_every_ms", self.renew_every_ms, 0)
         _at_least("grace_ms", self.grace_ms, 0)
         _at_least("connect_wait_ms", self.connect_wait_ms, 0)
@@ -231,6 +238,12 @@ def derived_stop_margin(lease_ms: int, renew_interval_ms: int) -> int:
     taken from the time a silent cut may last (see docs/explanation/leases.md), so it stays well
     under the interval the renewal re-sends on."""
     return min(max(STOP_MARGIN_FLOOR_MS, lease_ms // STOP_MARGIN_SHARE), renew_interval_ms // 2)
+
+
+def _zero_or_at_least(name: str, value: int, low: int) -> None:
+    """0 chooses the default; anything else must be at least `low`."""
+    if value != 0:
+        _at_least(name, value, low)
 
 
 def _at_least(name: str, value: int, low: int) -> None:
