@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import jinja2
 from redis.asyncio import Redis
@@ -25,6 +25,23 @@ FLASH_SHOWN = 300
 NO_VALUE = "\N{EN DASH}"
 
 
+_Part = TypeVar("_Part")
+
+
+class _Started(Generic[_Part]):
+    """A part the lifespan makes (`Dashboard.attach`): read before it, a RuntimeError naming it."""
+
+    def __init__(self, field: str, what: str) -> None:
+        self.field = field
+        self.what = what
+
+    def __get__(self, owner: object, kind: type | None = None) -> _Part:
+        part: _Part | None = getattr(owner, self.field)
+        if part is None:
+            raise RuntimeError(f"the dashboard has no {self.what} yet (lifespan not started)")
+        return part
+
+
 @dataclass(slots=True)
 class Dashboard:
     settings: DashboardSettings
@@ -42,29 +59,10 @@ class Dashboard:
         self.finder = QueueFinder(client)
         self.waiting = ParentFinder(client)
 
-    @property
-    def redis(self) -> Redis:
-        if self.client is None:
-            raise RuntimeError("the dashboard has no Redis client yet (lifespan not started)")
-        return self.client
-
-    @property
-    def queues(self) -> QueueFinder:
-        if self.finder is None:
-            raise RuntimeError("the dashboard has no queue finder yet (lifespan not started)")
-        return self.finder
-
-    @property
-    def parents(self) -> ParentFinder:
-        if self.waiting is None:
-            raise RuntimeError("the dashboard has no parent finder yet (lifespan not started)")
-        return self.waiting
-
-    @property
-    def leases(self) -> LeaseTracker:
-        if self.tracker is None:
-            raise RuntimeError("the dashboard has no lease tracker yet (lifespan not started)")
-        return self.tracker
+    redis = _Started[Redis]("client", "Redis client")
+    queues = _Started[QueueFinder]("finder", "queue finder")
+    parents = _Started[ParentFinder]("waiting", "parent finder")
+    leases = _Started[LeaseTracker]("tracker", "lease tracker")
 
 
 def dashboard(request: Request) -> Dashboard:
