@@ -4,9 +4,9 @@ most of the wait on a loaded machine."""
 
 from __future__ import annotations
 
-from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from redis.asyncio import Redis
+
 from emq_worker.valkey.cluster import FencedCluster
-from emq_worker.valkey.connection import connect
 from tests.support.cluster import ClusterOfServers
 from tests.support.wait import eventually
 
@@ -22,20 +22,17 @@ def calls(cluster: ClusterOfServers, command: str) -> int:
 
 
 async def test_a_rebuilt_slot_map_does_not_read_the_command_table_again(
-    cluster: ClusterOfServers,
+    cluster: ClusterOfServers, cluster_client: Redis
 ) -> None:
-    client = connect(cluster.url, DEFAULT_WIRE_VERSION)
+    client = cluster_client
     assert isinstance(client, FencedCluster)
-    try:
-        await client.ping()  # the first discovery reads the slot map and the command table
-        slot_maps, command_tables = calls(cluster, "cluster|slots"), calls(cluster, "command")
+    await client.ping()  # the first discovery reads the slot map and the command table
+    slot_maps, command_tables = calls(cluster, "cluster|slots"), calls(cluster, "command")
 
-        async def rebuilt() -> bool:
-            client.rediscover()  # what a lost node, a failover or CLUSTERDOWN leads to
-            await client.ping()
-            return calls(cluster, "cluster|slots") > slot_maps
+    async def rebuilt() -> bool:
+        client.rediscover()  # what a lost node, a failover or CLUSTERDOWN leads to
+        await client.ping()
+        return calls(cluster, "cluster|slots") > slot_maps
 
-        await eventually(rebuilt, what="a rebuild of the slot map")
-        assert calls(cluster, "command") == command_tables
-    finally:
-        await client.aclose()
+    await eventually(rebuilt, what="a rebuild of the slot map")
+    assert calls(cluster, "command") == command_tables
