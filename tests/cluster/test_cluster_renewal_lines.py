@@ -31,7 +31,11 @@ async def test_renewal_lines_on_a_cluster_keep_leases_on_every_primary(
     producer = Producer(cluster_client)
     for queue in queues:
         await producer.enqueue(queue, "held")
-    options = worker_settings(queues, cluster.url, lease_ms=900, renew_every_ms=300, beat_ms=100)
+    # A lease is kept through a stall of the worker's loop of up to lease - renew interval - stop
+    # margin: 1.85 s here (at a 900 ms lease, a 0.7 s stall of a loaded machine self-fenced).
+    options = worker_settings(
+        queues, cluster.url, lease_ms=3_000, renew_every_ms=1_000, beat_ms=100
+    )
     with anyio.fail_after(30):
         async with running_worker(options, app) as worker:
             await until(lambda: len(started) == len(queues), what="a job held on each queue")
