@@ -190,7 +190,9 @@ async def test_readyz_fails_while_draining_and_the_sweep_is_measured(
         await release.wait()
 
     await Producer(client).enqueue(queue_name, "hold")
-    settings = http_settings(queue_name, redis_url, lease_ms=300)
+    # A sweep every 500 ms; the lease is kept through a stall of the loop of up to 0.9 s (at a
+    # 300 ms lease a loaded machine's stall self-fenced the job: in flight 0).
+    settings = http_settings(queue_name, redis_url, lease_ms=1_500)
     async with running_worker(settings, app) as worker:
         port = port_of(worker)
         assert await fetch(HOST, port, "/readyz") == (200, "ok\n")

@@ -114,24 +114,57 @@ async def test_a_limiter_left_from_another_window_counts_nothing(
     assert len((await queue.claim(10, LEASE_MS)).jobs) == 3
 
 
+SHORT_WINDOW = Rate(2, 200)
+
+
+async def until_server_clock(client: Redis, at_ms: int, what: str) -> None:
+    """Wait (polling) until the server's clock reads `at_ms`: the clock the rate windows follow."""
+
+    async def reached() -> bool:
+        return await server_now_ms(client) >= at_ms
+
+    await eventually(reached, what=what)
+
+
+@pytest.mark.parametrize("stall", [False, True], ids=["prompt", "stalled-past-the-window"])
 async def test_a_short_window_reopens_on_the_server_clock(
-    client: Redis, scripts: Scripts, queue_name: str
+    client: Redis, scripts: Scripts, queue_name: str, stall: bool
 ) -> None:
+    """A window leases its 2 jobs and refuses the next claim until its end by the server's clock;
+    then the next window leases 2 again. A loaded machine can stall the test past the window's end
+    between two claims (`stall` does so on purpose): that claim is the next window's and leases
+    2, so the refusal is looked for claim by claim, and every claim that leased must have a window
+    boundary (on the server's clock) between itself and the claim before it."""
+    window = SHORT_WINDOW.duration_ms
     queue = Queue(client, scripts, queue_name)
-    await fill(client, queue_name, 4)
-    await set_limits(client, queue_name, rate=Rate(2, 200))
+    await fill(client, queue_name, 20)
+    await set_limits(client, queue_name, rate=SHORT_WINDOW)
 
-    async def leased() -> int:
-        return len((await queue.claim(10, LEASE_MS)).jobs)
-
-    got = await leased()
-    if got < 2:  # the first claim straddled a window's end: the next window gives the rest
-        got += await eventually(leased, what="the next window")
-    assert got == 2
-    refused = await queue.claim(10, LEASE_MS)
+    began = await server_now_ms(client)
+    first = await queue.claim(10, LEASE_MS)
+    ended = await server_now_ms(client)
+    assert len(first.jobs) == 2  # a fresh limiter: the whole of the first window
+    if stall:
+        await until_server_clock(client, ended + window, "a stall of one window")
+    for _ in range(8):  # 2 + 8 x 2 leases at most: 2 of the 20 jobs are left for the reopening
+        previous_began, began = began, await server_now_ms(client)
+        refused = await queue.claim(10, LEASE_MS)
+        ended = await server_now_ms(client)
+        if not refused.jobs:
+            break
+        # It leased: a window ended since the claim before it (a stall), and it took the next
+        # window's 2; the server's clock must have crossed a window's end between the two.
+        assert len(refused.jobs) == 2
+        assert ended // window > previous_began // window
+    else:
+        raise AssertionError("each of 8 claims came in a new window: the limit never refused")
     assert refused.limited is not None
-    assert 0 < refused.limited.retry_after_ms <= 200
-    assert await eventually(leased, timeout=5, what="a claim once the window reopens") == 2
+    assert refused.limited.reason == "rate"
+    assert 0 < refused.limited.retry_after_ms <= window
+
+    # The script read its clock before `ended`: its window is over once the clock reads this.
+    await until_server_clock(client, ended + refused.limited.retry_after_ms, "the window's end")
+    assert len((await queue.claim(10, LEASE_MS)).jobs) == 2
 
 
 async def test_pause_still_wins_over_the_limits(

@@ -135,7 +135,9 @@ async def test_a_worker_parks_until_a_known_due_job_instead_of_a_whole_beat(
             await Producer(client).enqueue(queue_name, "later", delay_ms=300)
             options = settings(queue_name, redis_url, beat_ms=beat_ms)
             async with running_worker(options, app) as worker:
+                ready = await server_ms(client)
                 await until(lambda: worker.counters.completed == 1, what="the delayed job")
+                lag_ms = worker.loop_lag.max_s * 1000
                 await client.echo("probe-done")
             async for command in monitor.listen():
                 words = command["command"].split(" ")
@@ -146,11 +148,15 @@ async def test_a_worker_parks_until_a_known_due_job_instead_of_a_whole_beat(
     finally:
         await monitor_client.aclose()
     waited = started[0] - before
+    # A worker that came up after the due time (a loaded machine) claims the job at once; the
+    # slack over 200 ms is the longest lag the worker's loop measured meanwhile.
+    expected = max(300, ready - before)
     story = (
-        f"the job ran {waited} ms after its enqueue (due at 300 ms, beat {beat_ms} ms) and the "
-        f"supervisor sent {claims} claims meanwhile; it should park until the due time"
+        f"the job ran {waited} ms after its enqueue (due at 300 ms, the worker ready at "
+        f"{ready - before} ms, its loop's longest lag {lag_ms:.0f} ms, beat {beat_ms} ms) and "
+        f"the supervisor sent {claims} claims meanwhile; it should park until the due time"
     )
-    assert 300 <= waited <= 300 + 200, story
+    assert 300 <= waited <= expected + 200 + lag_ms, story
     assert claims <= 10, story
 
 

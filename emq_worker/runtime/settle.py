@@ -42,6 +42,8 @@ class SettleBatcher:
         """Whether each completion is logged (info); at warning, the hot path logs nothing."""
         self._waiting: dict[str, list[Handover]] = {}
         self._ready = anyio.Event()
+        self._writing: set[str] = set()
+        """Queues whose batch is being written: their next outcomes wait for it."""
 
     def submit(
         self, lease: Lease, outcome: Outcome, task: str, seconds: float | None = None
@@ -56,15 +58,28 @@ class SettleBatcher:
         self.state.slots.fire()  # the handler is done: its slot is free for the next claim
 
     async def run(self) -> None:
-        while True:
-            await self._ready.wait()
-            self._ready = anyio.Event()
-            waiting, self._waiting = self._waiting, {}
+        """Write each queue's outcomes as they come, one batch in flight per queue: a queue whose
+        batch is retrying (its node lost until a replica leads) holds back no other queue's."""
+        async with anyio.create_task_group() as group:
+            while True:
+                await self._ready.wait()
+                self._ready = anyio.Event()
+                for name in [name for name in self._waiting if name not in self._writing]:
+                    self._writing.add(name)
+                    group.start_soon(self._flush_queue, name, self._waiting.pop(name))
+
+    async def _flush_queue(self, name: str, handovers: list[Handover]) -> None:
+        """Write one queue's outcomes (in chunks of MAX_BATCH, side by side); what was handed
+        over for it meanwhile goes in its next batch."""
+        try:
             async with anyio.create_task_group() as group:
-                for name, handovers in waiting.items():
-                    for start in range(0, len(handovers), MAX_BATCH):
-                        chunk = handovers[start : start + MAX_BATCH]
-                        group.start_soon(self._flush, self.state.queues[name], chunk)
+                for start in range(0, len(handovers), MAX_BATCH):
+                    chunk = handovers[start : start + MAX_BATCH]
+                    group.start_soon(self._flush, self.state.queues[name], chunk)
+        finally:
+            self._writing.discard(name)
+            if name in self._waiting:
+                self._ready.set()
 
     async def _flush(self, queue: Queue, handovers: list[Handover]) -> None:
         try:

@@ -200,7 +200,9 @@ async def kill_under_traffic(
             async with anyio.create_task_group() as tasks:
                 for queue in queues:
                     tasks.start_soon(traffic.produce, queue)
-                baseline, window = await kill_and_fail_over(cluster, doomed, traffic, queues)
+                baseline, window = await kill_and_fail_over(
+                    cluster, doomed, traffic, queues, worker
+                )
                 traffic.stopping.set()
             await all_started(traffic, survivors, window[1])
             killed_at, end = window
@@ -218,7 +220,9 @@ async def kill_under_traffic(
                 for queue, flow in report.items()
                 if worst(flow) > bound or flow["failed"]
             }
-            assert not stalled, f"surviving queues held back over {bound:.3f} s: {stalled}"
+            assert not stalled, (
+                f"surviving queues held back over {bound:.3f} s: {stalled}\n{worker_story(worker)}"
+            )
             assert_only_lost_queues_failed(worker, lost)
     finally:
         await client.aclose()
@@ -250,6 +254,7 @@ async def kill_and_fail_over(
     doomed: int,
     traffic: Traffic,
     queues: list[str],
+    worker: WorkerProcess,
 ) -> tuple[float, tuple[float, float]]:
     """Wait for jobs to flow on every queue, then for BASELINE_STARTS more on each, kill, wait
     for the failover and for jobs to flow again on every queue (the lost one included); returns
@@ -271,8 +276,19 @@ async def kill_and_fail_over(
     try:
         await eventually(lambda: flowing_since(end), timeout=30, what="jobs started after failover")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{traffic.since(end, queues)}") from None
+        raise AssertionError(
+            f"{exc}\n{traffic.since(end, queues)}\n{worker_story(worker)}"
+        ) from None
     return baseline, (killed_at, end)
+
+
+def worker_story(worker: WorkerProcess, last: int = 12) -> str:
+    """For a failure message: whether the worker still runs, and its last events other than a
+    job's claim, start or completion."""
+    quiet = {"job_claimed", "job_started", "job_completed"}
+    events = [e for e in worker.events() if e.get("event") not in quiet]
+    lines = "\n".join(json.dumps(e) for e in events[-last:])
+    return f"worker exit status {worker.returncode} (None: running); its last events:\n{lines}"
 
 
 def assert_only_lost_queues_failed(worker: WorkerProcess, lost: set[str]) -> None:

@@ -11,7 +11,9 @@ from emq_worker.protocol.names import JobId
 from tests.interop.echomq import EchoMQ
 from tests.support.conformance import Harness, lapse
 
-OUR_LEASE_MS = 100
+OUR_LEASE_MS = 1_000
+"""Our lock lives 2 x the lease: the sweep and the read of the lock must come within a lease after
+the lapse. At 100 ms, a loaded machine's stall of over 70 ms let the lock expire first."""
 
 
 async def stalled_dead(conf: Harness, emq: EchoMQ) -> JobId:
