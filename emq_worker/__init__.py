@@ -40,7 +40,8 @@ from emq_worker.jobs.handles import (
     TaskHandle,
 )
 from emq_worker.jobs.policy import JobPolicy
-from emq_worker.jobs.producer import Enqueued, JobSpec, Producer, SyncProducer, sync_producer
+from emq_worker.jobs.producer import Enqueued, JobSpec, Producer
+from emq_worker.jobs.sync_producer import SyncProducer, sync_producer
 from emq_worker.jobs.tasks import App
 from emq_worker.retry import Backoff, Exponential, Fixed, Jitter
 from emq_worker.runtime.config import WorkerSettings

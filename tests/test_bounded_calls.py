@@ -20,7 +20,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
-from emq_worker.jobs.producer import Enqueued, JobSpec, Producer, sync_producer
+from emq_worker.jobs.producer import Enqueued, JobSpec, Producer
+from emq_worker.jobs.sync_producer import sync_producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.valkey.connection import connect, socket_timeout_of
 from tests.support.conformance import Harness

@@ -17,7 +17,6 @@ from redis.asyncio import Redis
 from emq_worker import App, JobContext, Producer
 from emq_worker.cli.main import main
 from emq_worker.errors import ConfigError
-from emq_worker.jobs.producer import sync_producer
 from emq_worker.jobs.repeat import (
     RepeatFirer,
     Schedule,
@@ -28,6 +27,7 @@ from emq_worker.jobs.repeat import (
     resume_repeat,
     validate_repeat_name,
 )
+from emq_worker.jobs.sync_producer import sync_producer
 from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.queue import Queue

@@ -23,7 +23,8 @@ from typing import Any, Generic, ParamSpec, Self, TypeVar, Unpack, cast
 
 from emq_worker.errors import ConfigError, TaskArgumentError
 from emq_worker.jobs.options import ENQUEUE_NAMES, EnqueueOptions, check_names, given_options
-from emq_worker.jobs.producer import Enqueued, Producer, SyncProducer
+from emq_worker.jobs.producer import Enqueued, Producer
+from emq_worker.jobs.sync_producer import SyncProducer
 from emq_worker.protocol.names import JobId
 
 P = ParamSpec("P")
