@@ -1,7 +1,7 @@
 """Quiet and stop one live worker through the keyspace (`emq-worker quiet|stop WORKER_ID`), with
 real `emq-worker run` processes: a quiet worker claims nothing new and finishes what it holds; a
-stopped one hands its leases back and exits 0 within a presence refresh (a third of the entry's
-TTL), its jobs run by another worker."""
+stopped one hands its leases back and exits 0, its jobs run by another worker. A worker holding
+jobs hears a request within a beat; an idle one at its next presence refresh."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import anyio
 from redis.asyncio import Redis
 
-from emq_worker import Producer
+from emq_worker import App, JobContext, Producer
 from emq_worker.admin import worker_control
 from emq_worker.protocol.keys import QueueKeys, worker_entry_key
 from emq_worker.protocol.names import JobId
@@ -18,7 +18,8 @@ from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.runtime.presence import Presence, WorkerRegistry, live_workers
 from tests.support.processes import EMQ_WORKER, WorkerProcess, WorkerProcesses
-from tests.support.wait import eventually
+from tests.support.running import running_worker, worker_settings
+from tests.support.wait import eventually, until
 
 LEASE_MS = 5_000
 BEAT_MS = 200
@@ -84,7 +85,7 @@ async def test_a_quiet_worker_finishes_its_job_and_claims_nothing_new(
     await eventually(says_quiet, timeout=HONOURED_S, what="its entry to say it is quiet")
 
 
-async def test_a_stopped_worker_hands_its_lease_back_and_exits_0_within_a_presence_refresh(
+async def test_a_stopped_worker_hands_its_lease_back_and_exits_0(
     client: Redis, redis_url: str, queue_name: str, worker_processes: WorkerProcesses
 ) -> None:
     workers = worker_processes
@@ -136,3 +137,45 @@ async def test_a_worker_with_entries_per_queue_reads_the_request_where_it_is_wri
     assert await registry.beat(Presence(0, 0)) == "quiet"
     assert await registry.beat(Presence(0, 0)) == ""  # heard once: the refresh replaced it
     assert not await client.exists(worker_entry_key(registry.id))
+
+
+HEARD_S = 2.0
+"""Far below the presence refresh's 3.3 s, which a request made just after a refresh would wait
+out if only the refresh read it; far above a 100 ms beat, for a loaded machine."""
+
+
+async def test_a_worker_holding_jobs_hears_a_stop_within_a_beat_not_at_its_next_refresh(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    release = anyio.Event()
+    app = App()
+
+    @app.task()
+    async def hold(ctx: JobContext) -> None:
+        await release.wait()
+
+    settings = worker_settings(queue_name, redis_url, beat_ms=100, lease_ms=30_000)
+    async with running_worker(settings, app) as worker:
+        await Producer(client).enqueue(queue_name, "hold")
+
+        async def holding() -> dict[str, object] | None:
+            found = await live_workers(client, queue_name)
+            return found[0] if found and found[0].get("held") == 1 else None
+
+        entry = await eventually(holding, what="the worker's entry to say it holds the job")
+        assert entry is not None
+
+        async def refreshed() -> bool:  # just after a refresh: the next is 3.3 s away
+            again = await live_workers(client, queue_name)
+            return bool(again) and again[0].get("beat") != entry["beat"]
+
+        await eventually(refreshed, what="the worker's next presence refresh")
+        asked = time.monotonic()
+        await worker_control.ask_worker(client, str(entry["id"]), "stop", no_queues)
+        await until(lambda: worker.stop.requested, what="the stop to be heard", within=HEARD_S)
+        assert time.monotonic() - asked < HEARD_S
+        release.set()
+
+
+async def no_queues() -> list[str]:
+    return []

@@ -176,6 +176,12 @@ class WorkerRegistry:
         pipe.zremrangebyscore(index, "-inf", beat_ms - INDEX_PRUNE_TTLS * self.ttl_ms)
         pipe.pexpire(index, INDEX_PRUNE_TTLS * self.ttl_ms)
 
+    async def asked(self) -> str:
+        """What an operator wrote into this worker's entry since its last refresh (one GET; the
+        first queue's entry when they are per queue: a request is written into each)."""
+        own = worker_key(self.keys[0], self.id) if self.per_queue else worker_entry_key(self.id)
+        return asked_in(await self.client.get(own))
+
     async def leave(self) -> None:
         async with self.client.pipeline(transaction=False) as pipe:
             if self.per_queue:

@@ -136,6 +136,8 @@ class Supervisor:
             self.status.report(now, len(self.state.book), self.state.counters.completed)
             if now >= self._next_presence:
                 await self.announce()
+            elif self.state.book:
+                await self.hear_operator()
         if self.control:
             return await self.quiet_beat()
         if self.state.settings.burst:
@@ -156,6 +158,20 @@ class Supervisor:
         if not drained.more and not (idle and self.state.settings.burst):
             await self.park(jobs)
         return idle
+
+    async def hear_operator(self) -> None:
+        """A worker holding jobs hears an operator within a beat (one GET of its entry per beat);
+        an idle one at its next presence refresh, where its park ends anyway."""
+        if self.registry is None:
+            return
+        try:
+            asked = await self.registry.asked()
+        except RedisError as exc:
+            if fatal(exc) or not queue_scoped(exc):
+                raise
+            self.log.warning("control_failed", error=describe(exc))
+            return
+        await self.heed_operator(asked)
 
     async def heed_operator(self, asked: str) -> None:
         """Honour what an operator asked of this worker (heard at its presence refresh): `quiet`
