@@ -28,6 +28,7 @@ from emq_worker.jobs.results import result_key
 from emq_worker.protocol.partition_names import key_partition, partition_name
 from emq_worker.protocol.partitions import PartitionPlan, read_plan
 from emq_worker.protocol.queue import Queue
+from emq_worker.valkey.cluster import as_cluster
 
 T = TypeVar("T")
 
@@ -75,6 +76,8 @@ class PartitionRouter:
             self._refused = True  # an ACL without the {emq} keys: never partitioned for us
             return None
         except (RedisConnectionError, RedisTimeoutError):
+            if as_cluster(self.client) is None:
+                raise  # one server: the enqueue would wait out the same silence after this one
             return cached[1] if cached is not None and now - cached[0] < STALE_S else None
         self._plans[queue] = (now, plan)
         return plan

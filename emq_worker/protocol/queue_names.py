@@ -8,9 +8,12 @@ import time
 from collections.abc import Callable, Iterable
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker.protocol.keys import QUEUES_KEY
+from emq_worker.valkey.cluster import as_cluster
 from emq_worker.valkey.failures import fatal
 
 QUEUES_KEPT_MS = 14 * 24 * 3600 * 1000
@@ -55,7 +58,12 @@ class ProducerNames:
         except RedisError as exc:
             # In a cluster `{emq}:queues` may live on another node than the queue: its trouble
             # must not fail the enqueue. A refusal stops the naming; anything else is retried
-            # at the next enqueue.
+            # at the next enqueue. On one server a silent or unreachable one is the enqueue's
+            # trouble too: say so now rather than after waiting out the enqueue's own timeout.
+            if isinstance(exc, RedisConnectionError | RedisTimeoutError) and (
+                as_cluster(self.client) is None
+            ):
+                raise
             self._refused = fatal(exc)
             return
         self._named[queue] = now
