@@ -98,6 +98,14 @@ SYSTEMS = {
         ("streaq", "redis"),
         ("streaq", "coredis", "redis"),
     ),
+    "bullmq_py": System(
+        "bullmq_py",
+        "BullMQ (Python)",
+        "bench.runners.bullmq_py_runner",
+        # BullMQ's Python port talks to Redis through redis-py's asyncio client, as the body does.
+        ("bullmq", "redis"),
+        ("bullmq", "redis", "msgpack"),
+    ),
     "bullmq_node": System(
         "bullmq_node",
         "BullMQ (Node.js)",

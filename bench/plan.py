@@ -98,6 +98,8 @@ PUBLISH = dataclasses.replace(
 """What `python -m bench --publish` runs (with PUBLISHED_SCENARIOS): the full plan cut to the
 measurements README's headline table shows, so that every system fits in about 20 minutes on
 a quiet 2-core machine (estimated from each system's jobs/s: the slowest peers' drains of
-20 000 jobs, ~20 s each, are most of it; a loaded machine takes several times as long)."""
+20 000 jobs, ~20 s each, are most of it; a loaded machine takes several times as long). BullMQ's
+Python port, which joined later, adds some 10-20 minutes: its 1 ms drain at c=1 000 ran 119
+jobs/s in `python -m bench --quick --only bullmq_py` on a loaded machine."""
 PUBLISHED_SCENARIOS = ("drain", "sleep", "realistic", "latency")
 PLANS = {"full": FULL, "quick": QUICK, "publish": PUBLISH}

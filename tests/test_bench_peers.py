@@ -1,6 +1,7 @@
-"""The benchmark's peer set: arq, SAQ, taskiq, streaq and BullMQ on Node.js, each with a runner that
-runs the same tasks and imports only its own library and the standard library. Static checks (fast,
-no server, no peer installed), and the Node runner run against a real server."""
+"""The benchmark's peer set: arq, SAQ, taskiq, streaq, BullMQ's Python port and BullMQ on Node.js,
+each with a runner that runs the same tasks and imports only its own library and the standard
+library. Static checks (fast, no server, no peer installed), and both BullMQ runners run against
+a real server."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ OWN_LIBRARIES = {
     "saq": {"saq"},
     "taskiq": {"taskiq", "taskiq_redis"},
     "streaq": {"streaq", "coredis"},
+    "bullmq_py": {"bullmq"},
 }
 """What each Python peer's runner may import besides the standard library and the shared
 `bench.runners.common` (which the realistic body's redis-py is imported by)."""
@@ -36,8 +38,9 @@ def python_peers() -> list[System]:
     ]
 
 
-def test_taskiq_streaq_and_bullmq_on_node_are_peers() -> None:
-    assert {"emq", "arq", "saq", "taskiq", "streaq", "bullmq_node"} <= set(SYSTEMS)
+def test_taskiq_streaq_and_both_bullmqs_are_peers() -> None:
+    assert {"emq", "arq", "saq", "taskiq", "streaq", "bullmq_py", "bullmq_node"} <= set(SYSTEMS)
+    assert SYSTEMS["bullmq_py"].requirements[0] == "bullmq"  # PyPI's, BullMQ's own port
     node = SYSTEMS["bullmq_node"]
     assert node.runtime == "node"
     assert set(node.requirements) == {"bullmq", "ioredis"}
@@ -81,14 +84,18 @@ def test_the_node_runner_uses_only_bullmq_ioredis_and_node() -> None:
 
 
 @pytest.mark.soak
-def test_the_node_runner_drains_through_the_same_protocol(redis_url: str, tmp_path: Path) -> None:
-    """BullMQ's runner fills and drains real jobs on a real server and reports what a drain
-    reports (installs bullmq and ioredis with npm on first use, as the bench does)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
+@pytest.mark.parametrize("name", ["bullmq_node", "bullmq_py"])
+def test_a_bullmq_runner_drains_through_the_same_protocol(
+    name: str, redis_url: str, tmp_path: Path
+) -> None:
+    """BullMQ's runners (on Node.js, and its Python port) fill and drain real jobs on a real
+    server and report what a drain reports (installing bullmq on first use, as the bench does:
+    with npm, or with pip into the port's own venv)."""
+    system = SYSTEMS[name]
+    if system.runtime == "node" and (shutil.which("node") is None or shutil.which("npm") is None):
         pytest.skip("node and npm are not on PATH")
-    system = SYSTEMS["bullmq_node"]
     ensure_venv(system, uvloop=False, refresh=False)
-    n, queue = 200, "bench-node-runner"
+    n, queue = 200, f"bench-{name}-runner"
     client = redis.Redis.from_url(redis_url)
     client.delete(BODY_KEY)
     base = {"url": redis_url, "queue": queue}
