@@ -1,17 +1,19 @@
 """`python -m bench --publish [--from JSON] [--server ...]`: the figures the README shows, all
 from one run at HEAD.
 
-Runs, for every system of `python -m bench` (emq-worker, BullMQ on Node.js, taskiq, SAQ, streaq,
-arq), the measurements the table shows (`--plan publish --scenarios drain,sleep,realistic,latency`:
-the full plan's sizes and median of 3, cut to no-op drains at concurrency 100, 1 ms drains at
-1 000, the realistic body on its own client and on the framework's, and pickup latency; sized
-for about 20 minutes on a quiet 2-core machine, from the peers' published jobs/s), then the
+Runs, for every system of `python -m bench` (emq-worker, BullMQ on Node.js and its Python port,
+taskiq, SAQ, streaq, arq), the measurements the table shows (`--plan publish --scenarios
+drain,sleep,realistic,latency`: the full plan's sizes and median of 3, cut to no-op drains at
+concurrency 100, 1 ms drains at 1 000, the realistic body on its own client and on the
+framework's, and pickup latency; sized for about 20 minutes on a quiet 2-core machine before
+BullMQ's Python port joined, which adds some 10-20), then the
 idle cost of one worker on 100 queues over a minute (`python -m bench --idle --rows 1:100:0
 --window 60`), writes one JSON under docs/benchmarks/ (`<date>-published.json`: commit, date,
 machine, versions, the medians and the idle cost), and rewrites README's headline table
-(between its `headline` markers) from it. `--from JSON` only rewrites the table from a published
-JSON. tests/test_published_figures.py fails when README's table differs from the latest published
-JSON.
+(between its `headline` markers) and docs/explanation/performance.md's generated tables
+(bench/performance_page.py) from it. `--from JSON` only rewrites the tables from a published
+JSON. tests/test_published_figures.py fails when README's table or the page's differ from the
+latest published JSON.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ IDLE_LABEL = (
 LABELS = {
     "emq": "emq-worker",
     "bullmq_node": "BullMQ (Node.js)",
+    "bullmq_py": "BullMQ (Python)",
     "taskiq": "taskiq",
     "saq": "SAQ",
     "streaq": "streaq",
@@ -135,6 +138,8 @@ def rewritten(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
 
 def block_of(text: str, begin: str = BEGIN, end: str = END) -> str:
     """What stands between the markers."""
+    if begin not in text or end not in text:
+        raise ValueError(f"no {begin} ... {end} block")
     start, stop = text.index(begin) + len(begin), text.index(end)
     return text[start:stop].strip("\n")
 
@@ -185,6 +190,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--server", default=None, metavar="redis|valkey|PATH")
     parser.add_argument("--quick", action="store_true", help="the quick plan: to try, not publish")
     args = parser.parse_args(argv)
+    from bench import performance_page  # (it imports this module)
+
     if args.source is None:
         published = run(args.server, args.quick)
         day = dt.datetime.now(dt.UTC).date().isoformat()
@@ -192,7 +199,12 @@ def main(argv: list[str]) -> int:
         path.write_text(json.dumps(published, indent=2) + "\n")
         print(f"published {path.relative_to(REPO)}", file=sys.stderr)
     else:
-        published = json.loads(args.source.read_text())
+        published, path = json.loads(args.source.read_text()), args.source
     README.write_text(rewritten(README.read_text(), headline(published)))
-    print(f"rewrote README.md's headline table from commit {published['commit']}", file=sys.stderr)
+    performance_page.rewrite(published, path)
+    print(
+        f"rewrote README.md's headline table and performance.md's tables from commit "
+        f"{published['commit']}",
+        file=sys.stderr,
+    )
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -186,8 +187,14 @@ def ratio(emq: float | None, peer: float | None) -> str:
     return f"{emq / peer:.2f}x"
 
 
-def table(results: Results, plan: Plan, systems: list[tuple[str, str]]) -> str:
-    """Rows = metrics, columns = systems, then emq/peer for each peer (when emq ran)."""
+def table(
+    results: Results,
+    plan: Plan,
+    systems: list[tuple[str, str]],
+    keep: Callable[[Row], bool] = lambda row: True,
+) -> str:
+    """Rows = metrics (those `keep` keeps), columns = systems, then emq/peer for each peer (when
+    emq ran)."""
     names = [name for name, _ in systems]
     peers = [(n, label) for n, label in systems if n != "emq"]
     with_ratios = "emq" in names
@@ -195,7 +202,7 @@ def table(results: Results, plan: Plan, systems: list[tuple[str, str]]) -> str:
     if with_ratios:
         head += [f"emq/{label}" for _, label in peers]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for row in rows(plan):
+    for row in filter(keep, rows(plan)):
         medians = {n: results.median(n, row.metric) for n in names}
         if all(v is None for v in medians.values()):
             continue

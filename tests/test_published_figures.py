@@ -6,8 +6,9 @@ table, or a new run whose table was not regenerated, fails here."""
 from __future__ import annotations
 
 import json
+import re
 
-from bench import publish
+from bench import performance_page, publish
 from bench.peers import SYSTEMS
 from bench.plan import PUBLISH, PUBLISHED_SCENARIOS
 from tests.chaos import publish as chaos_publish
@@ -51,6 +52,7 @@ def test_the_headline_shows_every_system_and_both_realistic_bodies() -> None:
     assert [cell.strip() for cell in header.strip("|").split("|")][1:] == [
         "emq-worker",
         "BullMQ (Node.js)",
+        "BullMQ (Python)",
         "taskiq",
         "SAQ",
         "streaq",
@@ -64,7 +66,50 @@ def test_the_headline_shows_every_system_and_both_realistic_bodies() -> None:
     assert any("`ctx.redis`" in label for label in labels)
     for row in rows:
         if "jobs/s" in row:  # a figure in every system's column
-            assert [cell.strip() for cell in row.strip("|").split("|")][1:] == ["1 000"] * 6, row
+            assert [cell.strip() for cell in row.strip("|").split("|")][1:] == ["1 000"] * 7, row
+
+
+def test_performance_pages_tables_are_generated_from_the_latest_published_json() -> None:
+    source = publish.latest()
+    published = json.loads(source.read_text())
+    page = performance_page.PAGE.read_text()
+    for (begin, end), block in performance_page.blocks(published, source.name).items():
+        assert publish.block_of(page, begin, end) == block, (
+            f"performance.md's {begin} block differs from {source.name}: run "
+            f"`python -m bench --publish --from {source.relative_to(publish.REPO)}`"
+        )
+
+
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7}\b")
+
+
+def tables_after_their_prose(text: str) -> list[tuple[str, str]]:
+    """Each Markdown table of `text`, with the prose of its section up to it."""
+    found: list[tuple[str, str]] = []
+    section: list[str] = []
+    table: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if table:
+            found.append(("\n".join(section), "\n".join(table)))
+            table = []
+        section = [line] if line.startswith("#") else [*section, line]
+    return found
+
+
+def test_every_other_table_of_the_performance_page_names_its_commit_and_command() -> None:
+    """A table the publish run does not generate says, in its section's prose before it, at
+    which commit and by which `python -m ...` command it was measured."""
+    page = performance_page.PAGE.read_text()
+    for begin, end in (performance_page.SOURCE, performance_page.REALISTIC, performance_page.IDLE):
+        page = publish.rewritten(page, "", begin, end)
+    tables = tables_after_their_prose(page)
+    assert len(tables) >= 6
+    for prose, table in tables:
+        assert COMMIT.search(prose), f"no commit named before the table {table[:120]!r}"
+        assert "python -m " in prose, f"no command named before the table {table[:120]!r}"
 
 
 def test_publish_measures_every_headline_metric_for_every_system() -> None:
