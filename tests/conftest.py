@@ -16,6 +16,7 @@ from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.valkey.binary import label
 from emq_worker.valkey.connection import connect
+from tests.support import tiers
 from tests.support.processes import WorkerProcesses
 from tests.support.server import REDIS_SERVER, SERVER_VARIABLE, RedisServer
 
@@ -28,6 +29,12 @@ def pytest_report_header() -> str:
         [REDIS_SERVER, "--version"], capture_output=True, text=True, check=False
     ).stdout.strip()
     return f"server: {label(REDIS_SERVER)} {REDIS_SERVER} ({SERVER_VARIABLE}={chosen}): {version}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Count each tier's tests before `-m` deselects any (tests/test_tier_sizes.py reads it)."""
+    tiers.record(config, items)
 
 
 @pytest.fixture(scope="session")
