@@ -271,7 +271,8 @@ def _preamble(
         f"Python {info['python']}, {'uvloop' if uvloop else 'asyncio event loop'} for every "
         "Python system; "
         f"{'Redis + driver on core 0, worker on core 1' if pinned else 'no CPU pinning'}; "
-        f"median of {plan.repeat}; drains of {plan.drain_n} jobs; {peers}; "
+        f"median of {plan.repeat}; drains of {plan.drain_n} jobs"
+        f"{''.join(f' ({name}: {n})' for name, n in plan.drain_caps)}; {peers}; "
         f"took {elapsed:.0f} s.\n"
     )
 

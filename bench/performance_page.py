@@ -79,9 +79,18 @@ def source(published: dict[str, Any], name: str) -> str:
         f"{machine['nproc']} cores ({machine.get('cpu_model', '?')}), {machine['server']}, "
         f"Python {machine['python']}, {published.get('event_loop', 'asyncio')} for the Python "
         f"systems; {pinned or 'nothing pinned'}; median of {published['repeat']}; drains of "
-        f"{plan_of(published).drain_n:,} jobs; raw numbers in `docs/benchmarks/{name}`. "
+        f"{plan_of(published).drain_n:,} jobs{_caps(published)}; "
+        f"raw numbers in `docs/benchmarks/{name}`. "
         f"Versions: {_versions(published, systems)}."
     ).replace(",000 jobs", " 000 jobs")
+
+
+def _caps(published: dict[str, Any]) -> str:
+    """The systems drained smaller (the plan's drain_caps), as the page names them."""
+    caps = plan_of(published).drain_caps
+    named = [f"{SYSTEMS[str(n)].label}: {int(size):,}" for n, size in caps if str(n) in SYSTEMS]
+    named = [part.replace(",", " ") for part in named]
+    return f" ({', '.join(named)})" if named else ""
 
 
 def drains(published: dict[str, Any], name: str) -> str:

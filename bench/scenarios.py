@@ -47,9 +47,9 @@ def enqueue(h: Harness, system: System) -> None:
 
 
 def drain(h: Harness, system: System, task: str, concurrency: int, share: int = 1) -> None:
-    """n pre-enqueued jobs (drain_n / share), one worker process: throughput and what each job
-    cost."""
-    n = h.plan.drain_n // share
+    """n pre-enqueued jobs (the system's drain size / share), one worker process: throughput and
+    what each job cost."""
+    n = h.plan.drain_size(system.name) // share
     h.redis.flush()
     h.fill(system, n, task)
     before = h.redis.snapshot()
