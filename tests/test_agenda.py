@@ -8,11 +8,13 @@ import random
 import pytest
 
 from emq_worker.protocol.upkeep_check import UpkeepDue
-from emq_worker.runtime.agenda import Agenda, check_window_s
+from emq_worker.runtime.agenda import Agenda, check_window_s, quiet_budget_s
 
 
-def agenda(*names: str, window_s: float = 1.0, beat_s: float = 1.0) -> Agenda:
-    return Agenda(names or ("q",), window_s, beat_s, random.Random(7))
+def agenda(
+    *names: str, window_s: float = 1.0, beat_s: float = 1.0, budget_s: float = 0.0
+) -> Agenda:
+    return Agenda(names or ("q",), window_s, beat_s, random.Random(7), budget_s)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +60,44 @@ def test_a_check_held_by_another_worker_is_made_a_beat_after_that_one_lapses() -
     plan.checked("q", UpkeepDue(held_ms=400), now=10.0, window_s=10.0)
     assert plan["q"].check_at == pytest.approx(11.4)
     assert plan["q"].promote_at == 12.0
+
+
+def test_a_held_check_that_saw_no_lease_waits_as_long_as_a_new_lease_allows() -> None:
+    """The maker of the note checks every window; the fleet's other workers only stand in for it
+    if it is gone: a lease taken after their look is still seen before its deadline by a check
+    `quiet_budget_s` later, even made late by an idle park. So each pays a `held` answer about
+    every 20 s at the defaults, not every window, and its park ends for none."""
+    budget_s = quiet_budget_s(lease_s=30.0, beat_s=1.0, idle_park_s=8.5)
+    assert budget_s == pytest.approx(17.5)
+    plan = agenda(window_s=10.0, beat_s=1.0, budget_s=budget_s)
+    plan.checked("q", UpkeepDue(held_ms=9_000, leased=False), now=10.0, window_s=10.0)
+    assert plan["q"].check_at == pytest.approx(27.5)
+    assert plan["q"].check_waits
+    assert plan.next_time(10.0) is None  # the park does not end for it
+    plan.checked("q", UpkeepDue(held_ms=9_000, leased=True), now=10.0, window_s=10.0)
+    assert plan["q"].check_at == pytest.approx(20.0)  # a beat after the note lapses, as before
+    assert not plan["q"].check_waits
+    assert plan.next_time(10.0) == pytest.approx(20.0)
+
+
+def test_checks_end_the_park_on_time_when_the_lease_leaves_no_room() -> None:
+    """A short lease (a fault test's 5 s with a 200 ms beat) has no budget: every check is made
+    when due, as before."""
+    assert quiet_budget_s(lease_s=5.0, beat_s=0.2, idle_park_s=7.7) <= 0
+    plan = agenda(window_s=1.6, beat_s=0.2, budget_s=0.0)
+    plan.checked("q", UpkeepDue(held_ms=1_000, leased=False), now=10.0, window_s=1.6)
+    assert plan["q"].check_at == pytest.approx(11.2)
+    plan.checked("q", UpkeepDue(), now=10.0, window_s=1.6)
+    assert not plan["q"].check_waits
+
+
+def test_the_makers_own_check_ends_the_park_on_time() -> None:
+    """The window is the longest a queue nothing wakes goes unlooked-at (a job an EchoMQ
+    producer enqueued without a token waits that long at most): its maker's check keeps it."""
+    plan = agenda(window_s=10.0, beat_s=1.0, budget_s=17.5)
+    plan.checked("q", UpkeepDue(), now=10.0, window_s=10.0)
+    assert not plan["q"].check_waits
+    assert plan.next_time(10.0) == pytest.approx(20.0)
 
 
 def test_a_lease_lapsing_soon_brings_the_next_check_forward() -> None:

@@ -25,10 +25,18 @@ from emq_worker import JobSpec, Producer
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.upkeep_check import check_upkeep
 from emq_worker.protocol.values import Failure, HeldLease, OfferTerms
-from emq_worker.runtime.agenda import check_window_s
-from emq_worker.runtime.offers import MAX_OFFERED_QUEUES, OFFER_LEASE_SHARE, OFFER_SLACK_MS
+from emq_worker.runtime.agenda import check_window_s, quiet_budget_s
+from emq_worker.runtime.config import WorkerSettings
+from emq_worker.runtime.offers import (
+    MAX_OFFERED_QUEUES,
+    OFFER_LEASE_SHARE,
+    OFFER_SLACK_MS,
+    OFFERS_PER_QUEUE,
+)
+from emq_worker.runtime.partitioned import PLAIN_WATCH_S
 from emq_worker.runtime.presence import (
-    BEATS_TO_LIVE,
+    IDLE_TTL_MS,
+    INDEX_EVERY_TTLS,
     MIN_TTL_MS,
     PRUNE_EVERY,
     Presence,
@@ -125,7 +133,8 @@ async def test_keeping_an_offer_standing_costs_what_is_published(
     terms = OfferTerms("n0", OFFER_MS, standing=False)
     assert (await harness.queue.claim(10, LEASE_MS, "c0", terms)).offered
     assert await harness.queue.keep_offer("n0", LEASE_MS, OFFER_MS)  # loads the script
-    kept = await commands_of(counted, harness.queue.keep_offer("n0", LEASE_MS, OFFER_MS))
+    # Another lapse than the last call's: its score moves even within the same millisecond.
+    kept = await commands_of(counted, harness.queue.keep_offer("n0", LEASE_MS, OFFER_MS + 1))
     assert within(kept, published["offer_keep_commands"]), kept
 
 
@@ -133,23 +142,56 @@ def on_grid(period_s: float) -> float:
     return math.floor(period_s / BEAT_S) * BEAT_S
 
 
+IDLE_PARK_S = WorkerSettings(("q",)).idle_park_ms / 1000
+ENTRY_TTL_S = MIN_TTL_MS / 1000
+"""A busy worker's entry TTL at the defaults; an idle one's is WorkerRegistry.idle_ttl_ms."""
+
+
+def at_park_end(period_s: float) -> float:
+    """How often a chore that waits for the end of an idle park comes when due every `period_s`:
+    at the first park end at or after its time, parks being IDLE_PARK_S long."""
+    return math.ceil(period_s / IDLE_PARK_S - 1e-9) * IDLE_PARK_S
+
+
+def own_per_minute(published: dict[str, Any]) -> float:
+    """What each idle worker asks per minute for itself, whatever the queues: a park at most
+    `idle_park_ms` long, its entry refreshed every third of its idle TTL (at the end of a park),
+    its index every INDEX_EVERY_TTLS busy TTLs (pruned every PRUNE_EVERY of those), a look at
+    the partition registry."""
+    idle_ttl_s = max(IDLE_TTL_MS / 1000, ENTRY_TTL_S)
+    parks = 60 / IDLE_PARK_S
+    refresh_s = at_park_end(idle_ttl_s / PRESENCE_SHARE)
+    refreshes = 60 / refresh_s * published["presence_refresh_commands"]
+    index = published["presence_prune_commands"] - published["presence_refresh_commands"]
+    indexed = 60 / (INDEX_EVERY_TTLS * ENTRY_TTL_S) * (index - 1 + 1 / PRUNE_EVERY)
+    return float(parks + refreshes + indexed + 60 / PLAIN_WATCH_S)
+
+
+def offers_per_minute(offers: int, published: dict[str, Any]) -> float:
+    """`offers` standing offers, each kept (and a park ended for it) a little before it lapses;
+    renewals take the tick of the one-beat grid before their time (agenda.py)."""
+    offer_s = on_grid((OFFER_MS - min(OFFER_SLACK_MS, OFFER_MS // 2)) / 1000)
+    return float(offers * 60 / offer_s * (published["offer_keep_commands"] + 1))
+
+
 def idle_per_minute(queues: int, published: dict[str, Any]) -> float:
     """By the beat's schedule at the defaults, what one idle worker on `queues` queues asks per
     minute: each queue's check once per check window; a standing offer on each of its first
-    MAX_OFFERED_QUEUES kept a little before it lapses; its presence refreshed every third of its
-    TTL (its index written every PRUNE_EVERY refreshes). The parks' BLPOPs (one per wake-up for
-    any of these, at most `idle_park_ms` apart) depend on how they fall together: left out."""
+    MAX_OFFERED_QUEUES; and its own share (`own_per_minute`)."""
     checks = 60 / check_window_s(queues, BEAT_S, LEASE_S) * published["idle_check_commands"]
-    # Renewals and refreshes take the tick of the one-beat grid before their time (agenda.py).
-    offer_s = on_grid((OFFER_MS - min(OFFER_SLACK_MS, OFFER_MS // 2)) / 1000)
-    offers = min(queues, MAX_OFFERED_QUEUES) * 60 / offer_s * published["offer_keep_commands"]
-    ttl_s = max(BEATS_TO_LIVE * BEAT_S, MIN_TTL_MS / 1000)
-    refreshes = 60 / on_grid(ttl_s / PRESENCE_SHARE)
-    per_refresh = (
-        published["presence_prune_commands"]
-        + (PRUNE_EVERY - 1) * published["presence_refresh_commands"]
-    ) / PRUNE_EVERY
-    return float(queues * checks + offers + refreshes * per_refresh)
+    offers = offers_per_minute(min(queues, MAX_OFFERED_QUEUES), published)
+    return float(queues * checks + offers + own_per_minute(published))
+
+
+def fleet_per_minute(workers: int, published: dict[str, Any]) -> float:
+    """`workers` idle workers on one queue: one check per window (its maker's), a `held` answer
+    per other worker as seldom as a lease taken after it allows (`quiet_budget_s`), the offers
+    claim.lua lets stand, and each worker's own share."""
+    checks = 60 / check_window_s(1, BEAT_S, LEASE_S) * published["idle_check_commands"]
+    budget_s = at_park_end(quiet_budget_s(LEASE_S, BEAT_S, IDLE_PARK_S))
+    held = (workers - 1) * 60 / budget_s * published["held_check_commands"]
+    offers = offers_per_minute(min(workers, OFFERS_PER_QUEUE), published)
+    return float(checks + held + offers + workers * own_per_minute(published))
 
 
 @pytest.mark.parametrize("queues", [1, 10, 100])
@@ -163,15 +205,17 @@ def test_an_idle_worker_costs_what_is_published_per_minute(
         assert per_minute / queues <= 60, "an idle queue must cost at most one command a second"
 
 
-def test_each_other_idle_worker_on_a_queue_costs_a_held_check_per_window(
+def test_eight_idle_workers_on_one_queue_cost_what_is_published_and_at_most_4_a_second(
     published: dict[str, Any],
 ) -> None:
-    """A check another worker made vouches for the queue (`held`): the other workers of a fleet
-    pay two commands per window each, not a full check (the parks and presence left out, as
-    above)."""
-    window_s = check_window_s(1, BEAT_S, LEASE_S)
-    held = 60 / window_s * published["held_check_commands"]
-    assert within(held, published["held_commands_per_minute_1_queue"]), held
+    """A fleet shares its queue's upkeep: its maker checks once per window, the others get a
+    `held` answer about every 20 s, not every window. It was 10.8 commands a second at 702952b
+    (`python -m bench --idle --rows 8:1:0`: each worker refreshed its entry every 3.3 s and
+    asked for a check every 10 s, and its parks ended for each); the issue asks at most twice
+    one worker's 2.0 then."""
+    per_minute = fleet_per_minute(8, published)
+    assert within(per_minute, published["fleet_commands_per_minute_8_on_1"]), per_minute
+    assert per_minute <= 4 * 60, f"{per_minute / 60:.2f} commands/s"
 
 
 JOBS_B100, JOBS_B1 = 1_000, 100

@@ -4,13 +4,13 @@ scripts included) on a server of its own, over a window: a count, not a timing.
 Targets: one idle worker serving 100 queues makes at most one command per queue per second (it
 made ~210 when presence cost four commands per queue every refresh and an idle check ten); one
 idle worker on one queue under 3.5 commands/s (it made 8 when it checked the queue every beat and
-renewed its hand-off offer with a claim); eight idle workers on one queue under 12 in all (they
-made 42 when each kept an offer and checked every second or two: the issue's target, twice one
-worker, is not met: each worker's presence refresh and the park that wakes for it cost about 0.6
-a second of their own). Before, every worker reaped, promoted,
-scanned repeats and claimed every queue every beat (about 27 commands per queue per worker per
-second), and wake tokens left over from a backlog (up to 64 per queue) were popped one per park,
-each followed by a claim on every queue: a worker on 100 such queues spun for minutes.
+renewed its hand-off offer with a claim); eight idle workers on one queue under 4 in all, twice
+what one worker made at 702952b (2.0): they made 10.8 then (each refreshed its entry every 3.3 s
+and asked for a `held` check every 10 s, and its parks ended for each). Before, every worker
+reaped, promoted, scanned repeats and claimed every queue every beat (about 27 commands per queue
+per worker per second), and wake tokens left over from a backlog (up to 64 per queue) were popped
+one per park, each followed by a claim on every queue: a worker on 100 such queues spun for
+minutes.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from tests.support.wait import eventually
 
 pytestmark = pytest.mark.fault
 
+FLEET_WINDOW_S = 30.0
+"""Longer than a fleet's slowest idle chores (an idle entry refreshed every 10-18 s, a `held`
+answer every 18-26 s), so the count is not a matter of where the window falls."""
 WINDOW_S = 11.0
 """A check window of 100 queues at the default beat (10 beats of 1 s) and an offer's renewal (a
 third of the default lease, 10 s), with a beat to spare."""
@@ -56,16 +59,16 @@ def per_second(counts: dict[str, int], window_s: float) -> float:
 
 
 async def idle_rate(
-    observer: Redis, settings: WorkerSettings, workers: int = 1
+    observer: Redis, settings: WorkerSettings, workers: int = 1, window_s: float = WINDOW_S
 ) -> tuple[float, list[tuple[str, int]]]:
-    """Commands/s of `workers` idle workers with `settings`, once all are parked, over WINDOW_S;
-    and the most called."""
+    """Commands/s of `workers` idle workers with `settings`, once all are parked, over
+    `window_s`; and the most called."""
     async with AsyncExitStack() as stack:
         for _ in range(workers):
             await stack.enter_async_context(running_worker(settings, App()))
         await parked(observer, workers=workers)
-        counts = await commands_in(observer, WINDOW_S)
-    return per_second(counts, WINDOW_S), counts.most_common(8)
+        counts = await commands_in(observer, window_s)
+    return per_second(counts, window_s), counts.most_common(8)
 
 
 async def test_one_idle_worker_serving_100_queues_makes_at_most_100_commands_a_second(
@@ -84,14 +87,15 @@ async def test_one_idle_worker_on_one_queue_makes_under_3_5_commands_a_second(
     assert rate < 3.5, f"{rate:.1f} commands/s; most called: {most}"
 
 
-async def test_eight_idle_workers_on_one_queue_make_under_12_commands_a_second_in_all(
+async def test_eight_idle_workers_on_one_queue_make_under_4_commands_a_second_in_all(
     idle_server: RedisServer, observer: Redis
 ) -> None:
-    """One check per window for the fleet, a `held` answer per other worker, two workers' offers
-    kept (claim.lua lets two stand), and each worker's presence and parks."""
+    """One check per window for the fleet (its maker's), a `held` answer per other worker about
+    every 20 s, one worker's offer kept (claim.lua lets one stand), and each worker's parks
+    (one per `idle_park_ms`) and idle entry (every 10 s, when a park ends)."""
     settings = WorkerSettings(queues=("idle",), redis_url=idle_server.url)
-    rate, most = await idle_rate(observer, settings, workers=8)
-    assert rate < 12, f"{rate:.1f} commands/s; most called: {most}"
+    rate, most = await idle_rate(observer, settings, workers=8, window_s=FLEET_WINDOW_S)
+    assert rate < 4, f"{rate:.1f} commands/s; most called: {most}"
 
 
 async def test_wake_tokens_a_backlog_left_behind_are_cleared_not_worked_through(

@@ -38,6 +38,21 @@ async def test_a_quiet_queue_is_vouched_for_one_window_and_then_held(conf: Harne
     assert held.quiet
 
 
+async def test_a_held_answer_says_whether_any_lease_exists(conf: Harness) -> None:
+    """No lease: the worker may look again as late as a lease taken from now on allows
+    (agenda.quiet_budget_s); a lease: a beat after the note lapses, as a dead holder's lease must
+    be reaped on time."""
+    await check(conf)
+    assert not (await check(conf)).leased
+    await conf.client.delete(conf.keys.upkeep)
+    await conf.enqueue(b"a")
+    await conf.claim(1, lease_ms=60_000)
+    assert (await check(conf)).held_ms is None  # the check over the lease leaves its own note
+    held = await check(conf)
+    assert held.held_ms is not None
+    assert held.leased
+
+
 async def test_a_burst_check_looks_for_itself_while_the_note_stands(conf: Harness) -> None:
     await check(conf)
     assert (await check(conf, force=True)).held_ms is None

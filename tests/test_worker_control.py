@@ -12,11 +12,12 @@ from redis.asyncio import Redis
 
 from emq_worker import App, JobContext, Producer
 from emq_worker.admin import worker_control
-from emq_worker.protocol.keys import QueueKeys, worker_entry_key
+from emq_worker.protocol.keys import QueueKeys, worker_ask_key, worker_entry_key
 from emq_worker.protocol.names import JobId
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.runtime.presence import Presence, WorkerRegistry, live_workers
+from tests.support.commands import parked
 from tests.support.processes import EMQ_WORKER, WorkerProcess, WorkerProcesses
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually, until
@@ -179,3 +180,33 @@ async def test_a_worker_holding_jobs_hears_a_stop_within_a_beat_not_at_its_next_
 
 async def no_queues() -> list[str]:
     return []
+
+
+async def test_an_idle_worker_hears_a_stop_at_once_not_at_its_next_refresh(
+    client: Redis, redis_url: str, queue_name: str
+) -> None:
+    """An idle worker refreshes its entry every 10 s (a third of its idle TTL), when a park ends:
+    the operator's token on `{emq}:worker:<id>:ask`, which its park watches, ends the park, and
+    the refresh that reads the request back comes at once."""
+    settings = worker_settings(queue_name, redis_url, beat_ms=100, lease_ms=30_000)
+    async with running_worker(settings, App()) as worker:
+        entry = await eventually(lambda: first_entry(client, queue_name), what="its entry")
+        assert entry is not None
+
+        async def refreshed() -> bool:  # just after a refresh: the next is 10 s or more away
+            again = await first_entry(client, queue_name)
+            return again is not None and again.get("beat") != entry["beat"]
+
+        # An idle refresh comes at the end of the first park 10 s after the last: within 18 s.
+        await eventually(refreshed, timeout=30, what="the worker's next presence refresh")
+        await parked(client)
+        asked = time.monotonic()
+        await worker_control.ask_worker(client, str(entry["id"]), "stop", no_queues)
+        await until(lambda: worker.stop.requested, what="the stop to be heard", within=HEARD_S)
+        assert time.monotonic() - asked < HEARD_S
+    assert not await client.exists(worker_ask_key(str(entry["id"])))  # it left no token
+
+
+async def first_entry(client: Redis, queue: str) -> dict[str, object] | None:
+    found = await live_workers(client, queue)
+    return found[0] if found else None

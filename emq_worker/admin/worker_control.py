@@ -1,6 +1,8 @@
 """Ask one live worker to quiet down or stop (protocol/control.py): the request is written into
 that worker's presence entry, `{emq}:worker:<id>`, or its entry on each queue it serves when its
-entries are per queue (an ACL refusing the `{emq}:` keys); its next refresh reads it back."""
+entries are per queue (an ACL refusing the `{emq}:` keys); its next refresh reads it back. A
+token pushed onto `{emq}:worker:<id>:ask`, which the worker's park watches, makes that refresh
+come at once."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from redis.asyncio import Redis
 from emq_worker.admin.verbs import AdminError
 from emq_worker.errors import ConfigError
 from emq_worker.protocol import control
-from emq_worker.protocol.keys import QueueKeys, worker_entry_key
+from emq_worker.protocol.keys import QueueKeys, worker_ask_key, worker_entry_key
 from emq_worker.runtime.presence_read import presence_entries
 
+ASK_TOKEN_TTL_MS = 60_000
+"""Longer than any park: a token no worker took (one too old to watch the list) goes by itself."""
 WORKER_ID_MAX = 300
 """Longer than any id a worker mints (host:pid:hex): anything longer is not one."""
 
@@ -58,7 +62,21 @@ async def ask_worker(
     written = [key for key in keys if await _write_ask(client, key, asked)]
     if not written:
         raise UnknownWorkerError(worker_id)
+    if written == [own]:
+        await _wake(client, worker_id)
     return written[0]
+
+
+async def _wake(client: Redis, worker_id: str) -> None:
+    """End the worker's park (it watches this list), so that an idle worker hears the request
+    at once rather than at its next refresh; the token lapses unread with a worker too old to
+    watch it."""
+    key = worker_ask_key(worker_id)
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.lpush(key, "1")
+        pipe.ltrim(key, 0, 0)
+        pipe.pexpire(key, ASK_TOKEN_TTL_MS)
+        await pipe.execute()
 
 
 async def _write_ask(client: Redis, key: str, asked: str) -> bool:

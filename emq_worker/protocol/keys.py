@@ -25,6 +25,14 @@ def worker_entry_key(worker_id: str) -> str:
     return f"{{emq}}:worker:{worker_id}"
 
 
+def worker_ask_key(worker_id: str) -> str:
+    """A LIST an operator pushes a token onto after writing a request into the worker's entry:
+    its park watches it, so an idle worker hears the request at once. Under the entry's own
+    name, so the ACL that grants the entries (`~{emq}:worker:*`, docs/how-to/secure.md) grants
+    it. Ours."""
+    return f"{{emq}}:worker:{worker_id}:ask"
+
+
 PARTITIONED_KEY = "{emq}:partitioned"
 """SET of the logical queues with a partition registry entry: a worker asks it (SMISMEMBER,
 one command) whether any queue it serves is partitioned before reading entries. Ours."""

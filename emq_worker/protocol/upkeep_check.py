@@ -19,6 +19,9 @@ class UpkeepDue:
     pending; and what the check reaped (`reaped`, as the reap verb reports it)."""
 
     held_ms: int | None = None
+    leased: bool = True
+    """With `held_ms`: whether any lease existed on the queue (False: none can lapse before a
+    lease taken from now on)."""
     reap_in: int | None = None
     promote_in: int | None = None
     repeat_in: int | None = None
@@ -49,13 +52,14 @@ def upkeep_due(reply: Any) -> UpkeepDue:
     if not isinstance(reply, list) or not reply:
         raise ScriptError(f"unexpected upkeep reply: {reply!r}")
     status = text(reply[0])
-    if status == "held" and len(reply) == 2:
-        return UpkeepDue(held_ms=int(reply[1]))
+    if status == "held" and len(reply) in (2, 3):
+        return UpkeepDue(held_ms=int(reply[1]), leased=len(reply) == 2 or int(reply[2]) != 0)
     if status != "due" or len(reply) < 8:
         raise ScriptError(f"unexpected upkeep reply: {reply!r}")
     reap_in, promote_in, repeat_in, pending = (int(value) for value in reply[1:5])
     reaped = reap_result([*reply[5:8], int(reap_in == 0), *reply[8:]])
-    return UpkeepDue(None, _known(reap_in), _known(promote_in), _known(repeat_in), pending, reaped)
+    known = (_known(reap_in), _known(promote_in), _known(repeat_in))
+    return UpkeepDue(None, True, *known, pending, reaped)
 
 
 def _known(ms: int) -> int | None:

@@ -38,6 +38,9 @@ CHECKS_PER_BEAT = 10
 QUIET_BEATS = 10
 """The shortest check window, in beats: an idle queue costs the fleet one full check per window
 (four commands), and each other worker a `held` answer (two)."""
+QUIET_SLACK_SHARE = 10
+"""A lease taken just after a look that found none must be seen this share of the lease (and a
+beat) before its deadline, by a check an idle park made late (`quiet_budget_s`)."""
 CHECK_JITTER = 0.1
 """A check window is cut by up to this share at random, so that the checks of many queues spread
 over the window instead of falling due together."""
@@ -51,9 +54,20 @@ def check_window_s(queues: int, beat_s: float, lease_s: float, chosen_s: float =
     return min(chosen_s or beats * beat_s, lease_s / 3)
 
 
+def quiet_budget_s(lease_s: float, beat_s: float, idle_park_s: float) -> float:
+    """How long after a look that found no lease on a queue its next check may come, made late
+    by an idle park (which ends for no such check: it waits for the park's end, at most
+    `idle_park_s`): a lease taken just after the look is then still seen a beat and a tenth of
+    the lease before its deadline, so a dead holder's lease is reaped on time. Not positive when
+    the lease is too short for that: checks then end the park on time."""
+    return lease_s - beat_s - idle_park_s - lease_s / QUIET_SLACK_SHARE
+
+
 @dataclass(slots=True)
 class QueueTimes:
     check_at: float = 0.0
+    check_waits: bool = False
+    """The check may wait for the park's end (no lease was seen, and the lease leaves room)."""
     wanted: bool = True
     woken: bool = False
     """A wake token of this queue was popped since its last claim."""
@@ -67,10 +81,17 @@ class QueueTimes:
 
 class Agenda:
     def __init__(
-        self, names: Iterable[str], window_s: float, beat_s: float, rng: random.Random
+        self,
+        names: Iterable[str],
+        window_s: float,
+        beat_s: float,
+        rng: random.Random,
+        quiet_budget_s: float = 0.0,
     ) -> None:
         self.window_s = window_s
         self.beat_s = beat_s
+        self.quiet_budget_s = quiet_budget_s
+        """See `quiet_budget_s()`; 0: every check ends the park on time."""
         self.grid_s = min(beat_s, window_s * CHECK_JITTER)
         """The tick idle chores are aligned to: a beat, or a tenth of a short window."""
         self.rng = rng
@@ -103,7 +124,12 @@ class Agenda:
         busy = busy or due.reap_in is not None
         if due.held_ms is not None:
             again = due.held_ms / 1000 + min(window_s, self.beat_s)
+            # No lease to lapse: look again as late as a lease taken from now on allows, not a
+            # beat after each note the maker makes (the other workers of a fleet paid that).
+            waits = not due.leased and again <= self.quiet_budget_s
+            again = self.quiet_budget_s if waits else again
         else:
+            waits = False  # the window is the longest a queue nothing wakes goes unlooked-at
             again = window_s if due.reap_in is None else min(window_s, due.reap_in / 1000)
             times.promote_at = _at(now, due.promote_in)
             times.repeat_at = _at(now, due.repeat_in)
@@ -112,6 +138,7 @@ class Agenda:
         # A quiet queue's check waits for the next tick of the grid: the checks of many queues
         # fall due together, one park for all (never before its own note lapses: that would be
         # held). Not a held check: it stands in for a maker that may be gone.
+        times.check_waits = waits and not busy
         if busy:
             times.check_at = now + min(again, self.beat_s)
         elif due.held_ms is not None:
@@ -200,7 +227,7 @@ class Agenda:
     def eager(self, now: float) -> None:
         """Burst mode: check and claim every queue on this pass."""
         for times in self._times.values():
-            times.check_at, times.wanted = now, True
+            times.check_at, times.wanted, times.check_waits = now, True, False
 
     def next_time(self, now: float) -> float | None:
         """The soonest future time anything falls due (a time already past is being handled,
@@ -208,7 +235,7 @@ class Agenda:
         soonest: float | None = None
         for times in self._times.values():
             for at in (
-                times.check_at,
+                None if times.check_waits else times.check_at,
                 times.claim_at,
                 times.offer_at,
                 times.promote_at,

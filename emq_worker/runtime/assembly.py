@@ -29,7 +29,7 @@ from emq_worker.observe.looplag import LoopLag
 from emq_worker.observe.sdnotify import Notifier
 from emq_worker.observe.status import BeatStatus
 from emq_worker.protocol.ids import SnowflakeMinter
-from emq_worker.runtime.agenda import Agenda, check_window_s
+from emq_worker.runtime.agenda import Agenda, check_window_s, quiet_budget_s
 from emq_worker.runtime.drain import BeatGuides, Drainer
 from emq_worker.runtime.history_flush import HistoryRecorder
 from emq_worker.runtime.isolation import QueueIsolation
@@ -122,7 +122,8 @@ def _beat_parts(
     window_s = check_window_s(
         len(queues), beat_s, settings.lease_ms / 1000, settings.check_window_ms / 1000
     )
-    agenda = Agenda(names, window_s, beat_s, state.rng)
+    budget_s = quiet_budget_s(settings.lease_ms / 1000, beat_s, settings.idle_park_ms / 1000)
+    agenda = Agenda(names, window_s, beat_s, state.rng, budget_s)
     wakes = WakeWaiter(client)
     repeats = RepeatFirer(SnowflakeMinter(settings.node_id))
     reap_cap = app.most_attempts(settings.max_attempts)

@@ -214,9 +214,11 @@ class WorkerSettings:
     @property
     def idle_park_ms(self) -> int:
         """The longest park of a worker that holds nothing (a busy one parks a beat at most):
-        half the socket timeout's margin past a beat, so the BLPOP's own timeout still leaves
-        that half for its reply."""
-        return self.beat_ms + SOCKET_TIMEOUT_MARGIN_MS // 2
+        three quarters of the socket timeout's margin past a beat, so the BLPOP's own timeout
+        still leaves a quarter (2.5 s) for its reply, which the server sends when the BLPOP's
+        timeout ends (an idle worker runs no handler that could hold its loop). It was half:
+        each idle worker's parks were a third of an idle fleet's commands."""
+        return self.beat_ms + SOCKET_TIMEOUT_MARGIN_MS * 3 // 4
 
     @property
     def claim_memo_ms(self) -> int:

@@ -82,15 +82,17 @@ class QueueIsolation:
         """When the park should end to retry a resting queue; None when none rests."""
         return self.health.next_retry(self.clock.monotonic())
 
-    async def park(self, wakes: WakeWaiter, seconds: float, offers: Offers) -> Popped | None:
+    async def park(
+        self, wakes: WakeWaiter, seconds: float, offers: Offers, also: Sequence[str] = ()
+    ) -> Popped | None:
         """BLPOP the wake keys of the queues not failing, and the hand-off lists of their
-        standing offers (first: a hand-off is taken before a wake token), else sleep; returns
-        what was popped, None when nothing was."""
+        standing offers (first: a hand-off is taken before a wake token), and `also` (the
+        operator's token list), else sleep; returns what was popped, None when nothing was."""
         parked = await self.parkable()
         if not parked:
             await anyio.sleep(seconds)
             return None
-        keys = [*offers.mailboxes(parked), *(queue.keys.wake for queue in parked)]
+        keys = [*offers.mailboxes(parked), *(queue.keys.wake for queue in parked), *also]
         try:
             return await wakes.wait(keys, seconds)
         except ParkUnavailableError as exc:

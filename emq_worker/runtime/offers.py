@@ -32,10 +32,10 @@ OFFER_SLACK_MS = 500
 takes over what was handed to it and leaves a new one) this long before it lapses, or half its
 life before when that is shorter: it never lapses while the worker is parked, and an idle queue
 costs one renewal per offer's life, not one claim per beat."""
-OFFERS_PER_QUEUE = 2
+OFFERS_PER_QUEUE = 1
 """The most live offers lua/claim.lua lets stand on one queue (its own number, checked against
-this one by the script tests): in a fleet parked on one queue, two workers pay offer renewals,
-not every one."""
+this one by the script tests): in a fleet parked on one queue, one worker pays offer renewals,
+not every one (a job enqueued while the offer is used up wakes a parked worker with its token)."""
 MAX_OFFERED_QUEUES = 8
 """Only a worker's first queues (in the order given) get offers: each offer holds a slot and
 costs a renewal (lua/offer.lua) every third of a lease, and the other queues are woken by their

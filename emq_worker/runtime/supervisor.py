@@ -17,6 +17,7 @@ as OOM) backs off the whole beat, as every queue would fail alike.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import anyio
@@ -65,7 +66,10 @@ class Supervisor:
         self.notifier = parts.notifier
         self._park_scope: anyio.CancelScope | None = None
         self._next_beat = 0.0
-        self._next_presence = 0.0
+        self._presence_at: float | None = None
+        """When the entry was last refreshed (monotonic); None: refresh at once."""
+        self._asked_at_park = False
+        """A park popped an operator's token: read what was asked on the next pass."""
         guides = parts.guides
         self.status = guides.status
         self.agenda = guides.agenda
@@ -73,6 +77,8 @@ class Supervisor:
         self.offers = guides.offers
         self._by_wake = {queue.keys.wake: queue.name for queue in state.queues.values()}
         self._wakes = parts.wakes
+        if self.registry is not None and parts.wakes.clustered:
+            self.registry.keep_busy_ttl()
         self.upkeep = parts.upkeep
         self.drainer = parts.drainer
         self.history = parts.history
@@ -129,15 +135,20 @@ class Supervisor:
         """One pass: the beat's own chores when due, the queues' upkeep when due, a drain, and a
         park. Returns True when nothing is held, pending or scheduled."""
         now = self.state.clock.monotonic()
+        # An operator's token ended the park: read the request (one GET), so that the entry goes
+        # from saying the request to saying it is honoured, never neither.
+        asked, self._asked_at_park = self._asked_at_park, False
         if now >= self._next_beat:
             self._next_beat = now + self.state.settings.beat_ms / 1000
             if self.history.due(now):
                 await self.record_history(now)
             self.status.report(now, len(self.state.book), self.state.counters.completed)
-            if now >= self._next_presence:
+            if now >= self.presence_due():
                 await self.announce()
-            elif self.state.book:
+            elif self.state.book or asked or self.control:  # a quiet worker parks on no key
                 await self.hear_operator()
+        elif asked:
+            await self.hear_operator()
         if self.control:
             return await self.quiet_beat()
         if self.state.settings.burst:
@@ -160,8 +171,9 @@ class Supervisor:
         return idle
 
     async def hear_operator(self) -> None:
-        """A worker holding jobs hears an operator within a beat (one GET of its entry per beat);
-        an idle one at its next presence refresh, where its park ends anyway."""
+        """A worker holding jobs, or quiet, hears an operator within a beat (one GET of its entry
+        per beat); an idle one when the operator's token ends its park (or at its next presence
+        refresh, on a cluster)."""
         if self.registry is None:
             return
         try:
@@ -182,7 +194,9 @@ class Supervisor:
         if not self.control:
             await self._withdraw_offers()  # no job may be handed to a quiet worker
         self.control = asked
-        self._next_presence = 0.0  # say so at the next beat
+        # Say so now: a refresh that read the request replaced the entry without it, and an idle
+        # worker's next one is seconds away (the dashboard would show neither meanwhile).
+        await self.announce()
         if asked == control.STOP:
             self.notifier.stopping("stopping: an operator asked; handing back held jobs")
             self.state.stop.request(hand_back=True)
@@ -223,10 +237,7 @@ class Supervisor:
         off as a whole."""
         if self.registry is None:
             return
-        # On the agenda's grid, as the queues' idle chores: one wake-up for all that fall due.
-        self._next_presence = self.agenda.align(
-            self.state.clock.monotonic() + self.registry.ttl_ms / 1000 / PRESENCE_SHARE, up=False
-        )
+        self._presence_at = self.state.clock.monotonic()
         book = self.state.book
         presence = Presence(
             len(book),
@@ -244,6 +255,37 @@ class Supervisor:
             self.log.warning("presence_failed", error=describe(exc))
             return
         await self.heed_operator(asked)
+
+    def presence_due(self) -> float:
+        """When the entry is next refreshed: a third of the TTL it was written with, or of a busy
+        worker's TTL once it holds jobs (its entry then changes with every claim); on the
+        agenda's grid, as the queues' idle chores, so that one wake-up serves all that fall due."""
+        registry = self.registry
+        if registry is None:
+            return math.inf
+        if self._presence_at is None:
+            return 0.0
+        ttl_ms = min(registry.written_ttl_ms, registry.ttl_for(len(self.state.book)))
+        return self.agenda.align(self._presence_at + ttl_ms / 1000 / PRESENCE_SHARE, up=False)
+
+    def presence_waits(self) -> bool:
+        """Whether an idle park may run past the refresh's time: the entry was written with a
+        TTL long enough that a refresh made when the park ends anyway (at most `idle_park_ms`
+        later) still comes a third of it before it lapses."""
+        registry = self.registry
+        if registry is None:
+            return True
+        ttl_s = registry.written_ttl_ms / 1000
+        return self.state.settings.idle_park_ms / 1000 <= ttl_s / PRESENCE_SHARE
+
+    def _ask_keys(self) -> tuple[str, ...]:
+        """The list an operator's request pushes a token onto (presence.py), watched by the park
+        on one server; a cluster's worker (its park spans slots) and one whose entries are per
+        queue (no `{emq}:` keys in its ACL) hear requests at their refresh instead."""
+        registry = self.registry
+        if registry is None or registry.per_queue or self._wakes.clustered:
+            return ()
+        return (registry.ask_key,)
 
     async def record_history(self, now: float) -> None:
         """Flush the history (runtime/history_flush.py). It only informs operators: a failure is
@@ -284,28 +326,31 @@ class Supervisor:
                     with anyio.move_on_after(timeout):
                         await self.state.slots.arm().wait()
                 else:
-                    popped = await self.isolation.park(self._wakes, timeout, self.offers)
+                    also = self._ask_keys()
+                    popped = await self.isolation.park(self._wakes, timeout, self.offers, also)
                     self.heard(jobs, popped)
             finally:
                 self._park_scope = None
 
     def longest_park_s(self, now: float) -> float:
-        """A beat; for a worker that holds nothing, until its next chore (its presence, its
-        history flush, a watchdog ping), at most `idle_park_ms`: a wake token or a hand-off ends
-        a park at once, so a longer one delays no job, and an idle worker sends a BLPOP every
-        few seconds instead of every beat. (Not on a cluster: a park spanning more slots than it
-        watches at once claims the others after each park.)"""
+        """A beat; for a worker that holds nothing, until its next chore that cannot wait (a
+        presence refresh whose entry would lapse, a watchdog ping), at most `idle_park_ms`: a
+        wake token, a hand-off or an operator's token ends a park at once, so a longer one
+        delays no job, and an idle worker sends a BLPOP every few seconds instead of every beat.
+        The history flush and an idle entry's refresh wait for the park's end (a few seconds
+        late: they only inform). (Not on a cluster: a park spanning more slots than it watches
+        at once claims the others after each park.)"""
         settings = self.state.settings
         beat_s = settings.beat_ms / 1000
         if len(self.state.book) or self._wakes.clustered:
             return beat_s
-        chores = [now + settings.idle_park_ms / 1000, self.history.next_at()]
-        if self.registry is not None:
-            chores.append(self._next_presence)
+        chores: list[float] = [now + settings.idle_park_ms / 1000]
+        if not self.presence_waits():
+            chores.append(self.presence_due())
         ping_every = self.notifier.ping_every_s
         if ping_every is not None:
             chores.append(now + ping_every)
-        return max(beat_s, min(at for at in chores if at is not None) - now)
+        return max(beat_s, min(chores) - now)
 
     def heard(self, jobs: JobGroup, popped: Popped | None) -> None:
         """What a park brought: a job handed to this worker starts now (and its queue is claimed
@@ -315,6 +360,9 @@ class Supervisor:
             if key in self._by_wake:
                 self.agenda.woken(self._by_wake[key])
         if popped is None:
+            return
+        if popped[0] in self._ask_keys():
+            self._asked_at_park = True
             return
         handed = self.offers.received(*popped)
         if handed is not None:

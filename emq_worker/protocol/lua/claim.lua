@@ -80,9 +80,10 @@
 -- "<attempts>:<offer nonce>"): the lock is rewritten to "<attempts>:<nonce>", the deadline reset,
 -- and the job replied first, before the jobs from pending (they count against `count`); a job the
 -- reaper has taken back meanwhile is left alone. Lapsed offers are removed when one is made. At
--- most two live offers stand on a queue: a claim that finds two of other workers' leaves none
--- (each offer costs its worker a renewal every third of a lease; in a fleet parked on one queue,
--- the others are woken by their tokens, and the worker that takes a hand-off offers again after).
+-- most one live offer stands on a queue: a claim that finds another worker's leaves none (each
+-- offer costs its worker a renewal every third of a lease; in a fleet parked on one queue, the
+-- others are woken by their tokens, and the worker that takes a hand-off offers again after). Two
+-- stood until an idle fleet's second renewal was found to be a sixth of all it asked.
 -- Persistence: the ready jobs are read (ZRANGE), never popped, and leave pending last, by name
 -- (ZREM), after every other write of theirs. The AOF and replicas get a script's effects, not the
 -- script: ZPOPMIN would be recorded as itself and replayed against whatever pending holds at
@@ -217,7 +218,7 @@ local function stand_ready(leased)
     now = now or now_ms()
     redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
     -- This worker's own offer was withdrawn above (ARGV[7]): what is left is other workers'.
-    if redis.call('ZCARD', KEYS[7]) >= 2 then
+    if redis.call('ZCARD', KEYS[7]) >= 1 then
       return
     end
     redis.call('ZADD', KEYS[7], now + offer_ms, offer)

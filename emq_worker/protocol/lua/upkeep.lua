@@ -21,7 +21,9 @@
 -- ARGV[4] = batch: the most leases to reap in this call
 -- ARGV[5] = max_attempts: as reap.lua's
 --
--- Reply: {'held', ms}: a check found nothing due and vouches for ms more; nothing else is read.
+-- Reply: {'held', ms, leased}: a check found nothing due and vouches for ms more; leased is 1 while
+--        any lease exists (KEYS[1]), 0 when none does: then no lease can lapse before one taken
+--        from now on, and the worker may look again later than a beat after the note lapses.
 --        {'due', reap_in, promote_in, repeat_in, pending, returned, dead_lettered, phantoms,
 --        id1, outcome1, ...}: the leases reaped now (as reap.lua replies them), then the ms until
 --        the earliest lease left lapses (0: the batch was full, more are due), until the earliest
@@ -43,7 +45,7 @@ local p, window, force = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 if not force then
   local held = redis.call('PTTL', KEYS[9])
   if held > 0 then
-    return {'held', held}
+    return {'held', held, redis.call('EXISTS', KEYS[1])}
   end
 end
 
