@@ -18,6 +18,7 @@ as OOM) backs off the whole beat, as every queue would fail alike.
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 import anyio
@@ -176,14 +177,9 @@ class Supervisor:
         refresh, on a cluster)."""
         if self.registry is None:
             return
-        try:
-            asked = await self.registry.asked()
-        except RedisError as exc:
-            if fatal(exc) or not queue_scoped(exc):
-                raise
-            self.log.warning("control_failed", error=describe(exc))
-            return
-        await self.heed_operator(asked)
+        asked = await self._skippable(self.registry.asked(), "control_failed")
+        if asked is not None:
+            await self.heed_operator(asked)
 
     async def heed_operator(self, asked: str) -> None:
         """Honour what an operator asked of this worker (heard at its presence refresh): `quiet`
@@ -247,14 +243,21 @@ class Supervisor:
             self.state.clock.monotonic(),
             self.control,
         )
+        asked = await self._skippable(self.registry.beat(presence), "presence_failed")
+        if asked is not None:
+            await self.heed_operator(asked)
+
+    async def _skippable(self, call: Awaitable[str], event: str) -> str | None:
+        """The reply of a presence call, or None when a node of its own was lost (logged as
+        `event`): presence lives for several beats, so the worker skips this one rather than
+        back off as a whole; any other failure is the beat's."""
         try:
-            asked = await self.registry.beat(presence)
+            return await call
         except RedisError as exc:
             if fatal(exc) or not queue_scoped(exc):
                 raise
-            self.log.warning("presence_failed", error=describe(exc))
-            return
-        await self.heed_operator(asked)
+            self.log.warning(event, error=describe(exc))
+            return None
 
     def presence_due(self) -> float:
         """When the entry is next refreshed: a third of the TTL it was written with, or of a busy
