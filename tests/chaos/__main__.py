@@ -139,7 +139,8 @@ async def run_rows(names: list[str], full: bool, keep: Path | None = None) -> li
         with _row_directory(name, keep) as directory:
             result = await spec.run(directory, size)
         promise = PROMISES.get(spec.run)
-        ok = result.verdict.ok and (promise is None or promise(result))
+        # A row that promises a recovery bound and missed it is not ok, whatever else held.
+        ok = result.verdict.ok and result.within_bound and (promise is None or promise(result))
         record = {"name": name, "ok": ok, **result.record()}
         print(json.dumps(record), file=sys.stderr, flush=True)
         records.append(record)
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     tolerated = {"amnesia"}
     unsafe = [r["name"] for r in records if r["name"] not in tolerated and not r["ok"]]
     if unsafe:
-        print(f"safety verdict failed: {', '.join(unsafe)}", file=sys.stderr)
+        print(f"failed (safety, recovery bound or promise): {', '.join(unsafe)}", file=sys.stderr)
     return 1 if unsafe else 0
 
 
