@@ -280,9 +280,13 @@ def promise_kept(result: RowResult) -> bool:
             and facts["taken_over"] == facts["held_at_cut"]
         )
     # A cut that may have lasted half a lease or more (its helper ran late) tests nothing: it
-    # is reported (`overlong_cuts`), and the row must still have made some shorter ones.
+    # is reported (`overlong_cuts`), and the row must still have made some shorter ones. A job
+    # A no longer ran at the cut (a lease it gave up before it, its loop starved) is no lease
+    # the cut kept: the run did not make its scenario.
     return bool(
-        facts["leases_lost_to_short_cuts"] == 0 and facts["overlong_cuts"] < len(facts["runs"])
+        facts["leases_lost_to_short_cuts"] == 0
+        and facts["overlong_cuts"] < len(facts["runs"])
+        and facts["not_running_at_cut"] == 0
     )
 
 

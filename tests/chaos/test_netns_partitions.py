@@ -79,6 +79,7 @@ async def check_no_lease_lost(tmp_path: Path, size: CutSize) -> None:
     result = await partition_runs(tmp_path, size)
     print(result.record())
     facts = result.facts
+    assert facts["not_running_at_cut"] == 0, facts  # (leases A gave up before the cut)
     # A run whose cut may have lasted half a lease or more (its helper ran late on a loaded
     # machine) is outside the promise: reported, not judged; most runs must be inside it.
     assert facts["overlong_cuts"] < size.runs, facts["cut_ms"]
