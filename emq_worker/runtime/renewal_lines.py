@@ -3,16 +3,23 @@
 Each line is an independent client made by `connection.connect` (so a `redis+cluster://` URL
 works too), and carries at most one renewal at a time. A renewal that has not answered is left
 to finish or time out on its own (cancelling it would drop its connection); the next send goes
-on a line with nothing in flight, dialled with a short connect timeout when none is idle. On a
-silent cut this is what lets a renewal through as soon as packets flow again: a connection that
-is already waiting on a retransmission (200, 400, 800 ms backoff) or on a lost SYN (about 1 s)
-would hold it up for longer than the rest of the lease.
+on the line idle longest, dialled with a short connect timeout when none is idle.
+
+WARM_LINES lines are kept connected while leases are held, at no cost in commands: each send
+takes the line idle longest, so they carry the ticks in turn. On a silent cut a re-send goes on
+one of them, already connected: no dial (its SYN would be lost, and retried only after about
+1 s), and the kernel retransmits it without the worker's help (200, 400, 800 ms backoff per
+connection), so re-sends written a quarter interval apart on four connections have some
+retransmission reach the server within about a quarter interval of the heal, however late the
+worker's own loop runs then. When all are busy, a line dialled afresh goes through as soon as
+the link is up.
 
 Lines are dialled on first use: a worker that holds nothing opens none and sends nothing.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -24,6 +31,10 @@ from emq_worker.protocol.scripts import Scripts
 MOST_LINES = 8
 """Renewals in flight at once, at most: with re-sends every quarter interval and each line's
 socket timeout one lease (3 intervals), a cut of half a lease keeps about 8 busy."""
+
+WARM_LINES = 4
+"""Lines the sends rotate over (see above): one interval of re-sends (RESEND_SHARE) goes on
+connected lines."""
 
 CONNECT_TIMEOUT_FLOOR_S = 0.1
 
@@ -38,6 +49,8 @@ class RenewalLine:
     def __init__(self, client: Redis, scripts: Scripts) -> None:
         self.client = client
         self.busy = False
+        self.taken = -1
+        """When the line was last taken (a count of takes): the line idle longest goes next."""
         self._scripts = scripts
         self._queues: dict[str, Queue] = {}
 
@@ -50,26 +63,36 @@ class RenewalLine:
 
 
 class RenewalLines:
-    def __init__(self, dial: Callable[[], Redis], scripts: Scripts, most: int = MOST_LINES) -> None:
+    def __init__(
+        self,
+        dial: Callable[[], Redis],
+        scripts: Scripts,
+        most: int = MOST_LINES,
+        warm: int = WARM_LINES,
+    ) -> None:
         self._dial = dial
         self._scripts = scripts
         self._most = most
+        self._warm = min(warm, most)
         self._lines: list[RenewalLine] = []
+        self._takes = itertools.count()
 
     def __len__(self) -> int:
         return len(self._lines)
 
     @contextmanager
     def idle(self) -> Iterator[RenewalLine | None]:
-        """A line with nothing in flight, held for the block; None when all `most` are busy."""
-        line = next((line for line in self._lines if not line.busy), None)
-        if line is None and len(self._lines) < self._most:
+        """The line idle longest, held for the block (a new one while fewer than `warm` exist,
+        or when all are busy and fewer than `most` exist); None when all `most` are busy."""
+        line = min((line for line in self._lines if not line.busy), key=_taken, default=None)
+        if len(self._lines) < self._most and (line is None or len(self._lines) < self._warm):
             line = RenewalLine(self._dial(), self._scripts)
             self._lines.append(line)
         if line is None:
             yield None
             return
         line.busy = True
+        line.taken = next(self._takes)
         try:
             yield line
         finally:
@@ -79,3 +102,7 @@ class RenewalLines:
         for line in self._lines:
             await line.client.aclose()
         self._lines.clear()
+
+
+def _taken(line: RenewalLine) -> int:
+    return line.taken

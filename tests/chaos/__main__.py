@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,8 @@ SPECS: dict[str, Spec] = {
     "netns-30s": Spec(netheal.long_cut, NETNS_LONGCUT_CI, netheal.LongCutSize()),
 }
 NEEDS_NAMESPACES = ("netns-",)
+TERMINATED = 128 + signal.SIGTERM
+"""The exit status of a run ended by SIGTERM (the shell's convention for a signal's death)."""
 PROMISES: dict[Row, Callable[[rows.RowResult], bool]] = {
     netcut.partition_runs: netcut.promise_kept,
     netheal.producer_cut: netheal.promise_kept,
@@ -121,7 +125,7 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-async def run_rows(names: list[str], full: bool) -> list[dict[str, Any]]:
+async def run_rows(names: list[str], full: bool, keep: Path | None = None) -> list[dict[str, Any]]:
     records = []
     for name in names:
         spec = SPECS[name]
@@ -132,13 +136,47 @@ async def run_rows(names: list[str], full: bool) -> list[dict[str, Any]]:
             records.append({"name": name, "ok": True, "skipped": skipped})
             continue
         print(f"--- {name}: {size}", file=sys.stderr, flush=True)
-        with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as directory:
-            result = await spec.run(Path(directory), size)
+        with _row_directory(name, keep) as directory:
+            result = await spec.run(directory, size)
         promise = PROMISES.get(spec.run)
-        ok = result.verdict.ok and (promise is None or promise(result))
+        # A row that promises a recovery bound and missed it is not ok, whatever else held.
+        ok = result.verdict.ok and result.within_bound and (promise is None or promise(result))
         record = {"name": name, "ok": ok, **result.record()}
         print(json.dumps(record), file=sys.stderr, flush=True)
         records.append(record)
+    return records
+
+
+@contextmanager
+def _row_directory(name: str, keep: Path | None) -> Iterator[Path]:
+    """The row's scratch directory: a temporary one, or with --keep one left under `keep` with
+    its server and worker logs (to read why a run failed)."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as directory:
+            yield Path(directory)
+        return
+    keep.mkdir(parents=True, exist_ok=True)
+    yield Path(tempfile.mkdtemp(prefix=f"{name}-", dir=keep))
+
+
+async def run_until_terminated(
+    names: list[str], full: bool, keep: Path | None
+) -> list[dict[str, Any]] | None:
+    """`run_rows`, or None once a SIGTERM cancelled it. The default SIGTERM ends the process
+    without unwinding anything, which left each running row's network namespaces, server and
+    workers behind; cancelling unwinds the rows' own context managers, which remove them."""
+    records: list[dict[str, Any]] | None = None
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as group:
+
+            async def cancel_on_signal() -> None:
+                async for _ in signals:
+                    group.cancel_scope.cancel()
+                    return
+
+            group.start_soon(cancel_on_signal)
+            records = await run_rows(names, full, keep)
+            group.cancel_scope.cancel()
     return records
 
 
@@ -151,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         "--publish", action="store_true", help="--full, then docs/benchmarks/ and the table"
     )
     parser.add_argument("--from", dest="source", type=Path, help="with --publish: table only")
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="keep each row's directory (logs) under this one"
+    )
     args = parser.parse_args(argv)
     if args.publish and args.source is not None:
         publish.from_file(args.source)
@@ -161,7 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown rows {unknown}; choose from {', '.join(SPECS)}")
     log.configure("json", "error")  # the runner's own client: no restart warnings on stderr
     started = time.monotonic()
-    records = anyio.run(run_rows, names, args.full or args.publish)
+    records = anyio.run(run_until_terminated, names, args.full or args.publish, args.keep)
+    if records is None:
+        print(
+            "terminated (SIGTERM): the rows' namespaces, servers and workers removed",
+            file=sys.stderr,
+        )
+        return TERMINATED
     print(table(records))
     if args.publish:
         server = publish.server_named(REDIS_SERVER)
@@ -172,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     tolerated = {"amnesia"}
     unsafe = [r["name"] for r in records if r["name"] not in tolerated and not r["ok"]]
     if unsafe:
-        print(f"safety verdict failed: {', '.join(unsafe)}", file=sys.stderr)
+        print(f"failed (safety, recovery bound or promise): {', '.join(unsafe)}", file=sys.stderr)
     return 1 if unsafe else 0
 
 
