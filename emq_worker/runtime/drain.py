@@ -41,6 +41,7 @@ from emq_worker.runtime.offers import HandedOff, Offers
 from emq_worker.runtime.runner import JobRunner
 from emq_worker.runtime.state import WorkerState
 from emq_worker.runtime.suspects import HeldSuspects
+from emq_worker.valkey.failures import RETRYABLE, describe, fatal
 
 CLAIM_BATCH = 250
 """The most jobs one claim call leases: bounds how long the call holds the server."""
@@ -170,16 +171,25 @@ class Drainer:
     async def hand_back(self, waiting_since: float | None = None) -> None:
         """Hand the jobs waiting for a slot back to pending, unstarted: all of them (the worker
         stops), or those waiting since before `waiting_since` (a beat without a slot for them:
-        handlers run long now, and another worker may start them at once)."""
+        handlers run long now, and another worker may start them at once). Best effort, on the
+        queues not resting: a job not handed back waits on for a slot (its lease renewed), or
+        is released with the rest when the worker stops; a failure never holds up the beat."""
+        ready = {queue.name for queue in self.isolation.ready()}
         for name, leases in self.ahead.by_queue(waiting_since).items():
-            queue = self.state.queues[name]
-            with self.isolation.isolated(queue):
-                released = await queue.release([lease.held for lease in leases])
-                self.ahead.forget(leases)
-                for lease in leases:
-                    self.state.book.discard(lease)
-                self.state.counters.released += released
-                self.log.info("claimed_ahead_handed_back", queue=name, jobs=len(leases))
+            if name not in ready:
+                continue
+            try:
+                released = await self.state.queues[name].release([lease.held for lease in leases])
+            except RETRYABLE as exc:
+                if fatal(exc):
+                    raise
+                self.log.warning("hand_back_failed", queue=name, error=describe(exc))
+                continue
+            self.ahead.forget(leases)
+            for lease in leases:
+                self.state.book.discard(lease)
+            self.state.counters.released += released
+            self.log.info("claimed_ahead_handed_back", queue=name, jobs=len(leases))
 
     def start(
         self, jobs: JobGroup, result: ClaimResult, confirmed_at: float, handed_off: bool = False
