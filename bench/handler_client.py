@@ -7,8 +7,9 @@ the bench's own server (free port, temp dir). Clients measured:
 - `redis-py`: redis-py's asyncio client with its pool (one connection per concurrent caller),
   hiredis parsing its replies (what a handler holding its own client gets);
 - `redis-py, python parser`: the same without hiredis;
-- `ctx.redis`: emq-worker's handler client (emq_worker/valkey/autopipeline.py): the calls made
-  in one turn of the event loop go out in one write;
+- `ctx.redis`: emq-worker's handler client (emq_worker/valkey/autopipeline.py) over a client
+  made as the worker makes its own (its socket timeout included): the calls made in one turn of
+  the event loop go out in one write;
 - `valkey-glide`: when the `glide` package is importable (Rust core, one multiplexed connection;
   its CPU counts its own threads), else left out with a note.
 """
@@ -29,7 +30,10 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import ConnectionPool
 
 from bench.server import BenchRedis, server_binary
-from emq_worker.valkey.autopipeline import AutoPipelined
+from emq_worker import WorkerSettings
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
+from emq_worker.valkey.autopipeline import handler_client
+from emq_worker.valkey.connection import connect
 
 KEY = "bench:handler_client"
 Incr = Callable[[], Awaitable[Any]]
@@ -60,8 +64,20 @@ async def redis_py(url: str, python_parser: bool) -> tuple[Incr, Callable[[], Aw
 
 
 async def autopipelined(url: str) -> tuple[Incr, Callable[[], Awaitable[None]]]:
-    client = AutoPipelined(connection_pool=ConnectionPool.from_url(url, socket_timeout=None))
-    return lambda: client.incr(KEY), client.aclose
+    """`ctx.redis` as a worker makes it: over the worker's own client, whose socket timeout
+    bounds every reply (WorkerSettings' default)."""
+    base = connect(
+        url,
+        DEFAULT_WIRE_VERSION,
+        socket_timeout_s=WorkerSettings(queues=("bench",)).socket_timeout_ms / 1000,
+    )
+    client = handler_client(base)
+
+    async def close() -> None:
+        await client.aclose()
+        await base.aclose()
+
+    return lambda: client.incr(KEY), close
 
 
 async def glide(port: int) -> tuple[Incr, Callable[[], Awaitable[None]]] | None:

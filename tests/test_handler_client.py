@@ -13,10 +13,13 @@ import anyio.lowlevel
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from emq_worker import App, JobContext, Producer
 from emq_worker.jobs.producer import JobSpec
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.valkey.autopipeline import MAX_BATCHES, AutoPipelined, handler_client
+from emq_worker.valkey.connection import connect
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import eventually
 
@@ -60,6 +63,53 @@ async def test_the_calls_of_concurrent_callers_go_out_in_a_few_writes(
     writes = [n for n in incrs if n]
     assert sum(writes) == CALLERS
     assert len(writes) <= MAX_BATCHES, writes  # not one write (and one round trip) per caller
+
+
+async def test_a_batch_arms_one_timer_not_one_per_reply(
+    batched: AutoPipelined, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's socket timeout still bounds every call, but as one loop timer per batch
+    (and the pool's own for borrowing its connection): redis-py's per-reply timeout armed one
+    per caller (about 6 us each, half of what a call costs the worker)."""
+    assert batched.connection_pool.connection_kwargs["socket_timeout"]  # (a bound to keep)
+    key = f"{queue_name}:n"
+    for _ in range(3):  # connections made (their handshakes arm timers of their own)
+        await asyncio.gather(*(batched.incr(key) for _ in range(CALLERS)))
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counted(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        armed.append(when)
+        return call_at(when, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counted)
+    replies = await asyncio.gather(*(batched.incr(key) for _ in range(CALLERS)))
+    monkeypatch.undo()
+    assert sorted(replies) == list(range(3 * CALLERS + 1, 4 * CALLERS + 1))
+    assert 1 <= len(armed) <= 2 * MAX_BATCHES, len(armed)
+
+
+async def test_a_reply_later_than_the_socket_timeout_fails_the_batch(
+    redis_url: str, queue_name: str
+) -> None:
+    """One timer for the batch still ends it: every caller gets redis-py's TimeoutError, and the
+    connection (its replies unread) is dropped, not handed to the next batch."""
+    client = connect(redis_url, DEFAULT_WIRE_VERSION, socket_timeout_s=0.3)
+    handlers = handler_client(client)
+    try:
+        await handlers.incr(f"{queue_name}:n")  # connected, scripts of the fence run
+        await client.client_pause(1500, all=False)
+        results = await asyncio.gather(
+            *(handlers.incr(f"{queue_name}:n") for _ in range(3)), return_exceptions=True
+        )
+        assert all(isinstance(result, RedisTimeoutError) for result in results), results
+        await client.client_unpause()
+        assert await handlers.incr(f"{queue_name}:n") == 2  # a fresh connection, its own reply
+    finally:
+        await client.client_unpause()
+        await handlers.aclose()
+        await client.aclose()
 
 
 async def test_an_error_reply_fails_its_own_caller_only(

@@ -14,12 +14,15 @@ that awaits nothing, a few microseconds).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 WEIGHT = 0.05
 """Each new observation's share in the running averages (about the last 20 count)."""
 SPLIT_SHARE = 4
 """Claims are split while a handler runs longer than a claim takes / SPLIT_SHARE."""
+AHEAD_SHARE = 8
+"""Jobs are claimed ahead of a free slot while a handler runs shorter than AHEAD_SHARE claims."""
 
 
 @dataclass(slots=True)
@@ -28,9 +31,12 @@ class Pace:
     """Running average of handlers' run time (seconds)."""
     claim_s: float = 0.0
     """Running average of a claim's time, from sent to reply (seconds)."""
+    handled_at: float = -math.inf
+    """When the last handler ended (monotonic)."""
 
-    def handled(self, seconds: float) -> None:
+    def handled(self, seconds: float, now: float) -> None:
         self.handler_s += (seconds - self.handler_s) * WEIGHT
+        self.handled_at = now
 
     def claimed(self, seconds: float) -> None:
         self.claim_s += (seconds - self.claim_s) * WEIGHT
@@ -38,3 +44,10 @@ class Pace:
     def split_claims(self) -> bool:
         """True while handlers await something: claim half the slots at a time."""
         return self.handler_s * SPLIT_SHARE > self.claim_s
+
+    def claims_ahead(self, now: float) -> bool:
+        """True while handlers are short against a claim and one ended lately: claim the next
+        jobs before a slot frees. False until a handler ended and a claim was timed, and once
+        none has ended for as long (the running ones are long, whatever the average says)."""
+        window = self.claim_s * AHEAD_SHARE
+        return self.handler_s < window and now - self.handled_at < window

@@ -31,7 +31,7 @@ from emq_worker.protocol.replies import ClaimedJob
 from emq_worker.protocol.values import Completion, Failure, Outcome
 from emq_worker.retry import delay_ms
 from emq_worker.runtime.lease import Lease
-from emq_worker.runtime.prestart import needs_check, still_held
+from emq_worker.runtime.prestart import CHECK_AFTER_SHARE, needs_check, still_held
 from emq_worker.runtime.settle import SettleBatcher
 from emq_worker.runtime.state import WorkerState
 from emq_worker.runtime.timeouts import JobTimeouts
@@ -77,12 +77,19 @@ class JobRunner:
         self._services: dict[str, JobServices] = {}
         """Per queue: what its jobs' contexts may use (one object, not one per job)."""
         self.log = get_logger()
-        """What lease.confirmed_at is measured on."""
+        settings = state.settings
+        checked_after_ms = settings.lease_ms / CHECK_AFTER_SHARE
+        self._fresh_s = min(checked_after_ms, settings.lease_ms - settings.stop_margin) / 1000
+        """A lease confirmed less than this long ago needs no pre-start check (prestart.py):
+        the common case, decided here without a call per job."""
 
     async def run(self, lease: Lease) -> None:
         lease.task = asyncio.current_task()
-        if lease.lost or not await self._still_held(lease):
+        if lease.lost:
             return  # lost before it started: nothing ran, nothing to write
+        fresh = self.state.clock.monotonic() - lease.confirmed_at < self._fresh_s
+        if not fresh and not await self._still_held(lease):
+            return
         job = lease.job
         if lease.cancel_requested:  # cancelled before it started: dead, without running it
             self.batcher.submit(lease, Failure(lease.held, 0, 0, CANCELLED), "(cancelled)")

@@ -51,7 +51,7 @@ class SettleBatcher:
         """Hand a finished job's outcome over; its lease stays held (and renewed) until written."""
         self.state.book.mark_settling(lease)
         if seconds is not None:
-            self.state.pace.handled(seconds)
+            self.state.pace.handled(seconds, self.state.clock.monotonic())
         handover = Handover(lease, outcome, task, seconds)
         self._waiting.setdefault(lease.job.queue, []).append(handover)
         self._ready.set()

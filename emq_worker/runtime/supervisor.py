@@ -120,6 +120,7 @@ class Supervisor:
                 self.log.info("burst_done")
                 return
         await self._withdraw_offers()
+        await self._hand_back_waiting()
 
     async def _withdraw_offers(self) -> None:
         """Stopping: no job may be handed to this worker any more; those already handed to it
@@ -131,6 +132,15 @@ class Supervisor:
                 self.log.warning("withdraw_failed", error=describe(exc))
                 return
             self.state.counters.released += released
+
+    async def _hand_back_waiting(self) -> None:
+        """Stopping: the jobs claimed ahead of a slot go back to pending unstarted (shielded,
+        bounded: else the worker's release returns them once the running jobs are done)."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(WITHDRAW_TIMEOUT_S):
+            try:
+                await self.drainer.hand_back()
+            except RETRYABLE as exc:
+                self.log.warning("hand_back_failed", error=describe(exc))
 
     async def _cycle(self, jobs: JobGroup) -> bool:
         """One pass: the beat's own chores when due, the queues' upkeep when due, a drain, and a
@@ -151,6 +161,7 @@ class Supervisor:
         elif asked:
             await self.hear_operator()
         if self.control:
+            self.drainer.start_waiting(jobs)  # held already: they run, as the others do
             return await self.quiet_beat()
         if self.state.settings.burst:
             self.agenda.eager(now)  # a burst worker sees every queue for itself, every pass
@@ -238,7 +249,7 @@ class Supervisor:
         presence = Presence(
             len(book),
             self.state.counters.completed,
-            book.running,
+            book.running - len(self.drainer.ahead),
             dict(book.queues()),
             self.state.clock.monotonic(),
             self.control,
