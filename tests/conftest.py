@@ -17,10 +17,12 @@ from emq_worker.protocol.scripts import Scripts
 from emq_worker.valkey.binary import label
 from emq_worker.valkey.connection import connect
 from tests.support import tiers
+from tests.support.leaks import collected_garbage, pytest_collection_finish
 from tests.support.processes import WorkerProcesses
 from tests.support.server import REDIS_SERVER, SERVER_VARIABLE, RedisServer
 
 _counter = itertools.count()
+__all__ = ["collected_garbage", "pytest_collection_finish"]  # the leak check (support/leaks.py)
 
 
 def pytest_report_header() -> str:

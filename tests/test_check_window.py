@@ -11,14 +11,13 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from emq_worker import App, JobContext
 from emq_worker.errors import ConfigError
 from emq_worker.jobs import codec
 from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.keys import QueueKeys
 from emq_worker.runtime.agenda import check_window_s
 from tests.support.conformance import TEST_NODE_ID
-from tests.support.running import running_worker, worker_settings
+from tests.support.running import holding_worker, worker_settings
 from tests.support.wait import eventually
 
 CHOSEN_MS = 1_000
@@ -41,18 +40,11 @@ def test_a_window_shorter_than_a_beat_is_refused_naming_it(redis_url: str) -> No
 async def test_a_job_enqueued_without_a_wake_starts_within_the_chosen_window(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
-    started = anyio.Event()
-    app = App()
-
-    @app.task()
-    async def work(ctx: JobContext) -> None:
-        started.set()
-
     keys = QueueKeys.of(queue_name)
     settings = worker_settings(
         queue_name, redis_url, beat_ms=1_000, lease_ms=60_000, check_window_ms=CHOSEN_MS
     )
-    async with running_worker(settings, app):
+    async with holding_worker(settings) as (_, holding):
         # The worker's first check of the queue (at start) has been made: it vouches for the
         # queue one window from now.
         await eventually(lambda: client.exists(keys.upkeep), what="the worker's first check")
@@ -61,9 +53,9 @@ async def test_a_job_enqueued_without_a_wake_starts_within_the_chosen_window(
         # EchoMQ's flat enqueue: the row and `ZADD pending`, no wake token.
         await client.hset(
             keys.job(job_id),
-            mapping={"state": "pending", "attempts": "0", "payload": codec.encode("work")},
+            mapping={"state": "pending", "attempts": "0", "payload": codec.encode("hold")},
         )
         await client.zadd(keys.pending, {job_id: 0})
         with anyio.fail_after(CHOSEN_MS / 1000 + SLACK_S):
-            await started.wait()
+            await holding.started.wait()
     assert time.monotonic() - began <= CHOSEN_MS / 1000 + SLACK_S

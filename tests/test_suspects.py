@@ -15,8 +15,10 @@ from redis.exceptions import ResponseError
 
 from emq_worker import App, JobContext, Producer
 from emq_worker.errors import ScriptError
-from emq_worker.protocol.names import JobId
-from emq_worker.protocol.replies import ClaimResult, claim_result
+from emq_worker.protocol.names import JobId, Token
+from emq_worker.protocol.replies import ClaimedJob, ClaimResult, claim_result
+from emq_worker.runtime.lease import Lease, LeaseBook
+from emq_worker.runtime.suspects import HeldSuspects
 from tests.support.conformance import LEASE_MS, RECEIPT_MS, Harness, held, lapse
 from tests.support.lag import loop_lag
 from tests.support.running import running_worker, worker_settings
@@ -344,3 +346,22 @@ async def test_a_suspect_passed_over_shares_a_worker_once_it_has_waited_half_a_l
     assert waited <= bound, (
         f"waited {waited:.3f} s; bound {bound:.3f} s (loop lag {lag.max_s:.3f} s)"
     )
+
+
+def test_a_suspect_keeps_the_room_until_its_outcome_is_written_not_until_its_handler_returns() -> (
+    None
+):
+    """A second suspect leased while the first one's completion is still unwritten may be the
+    poison: it kills the process, the first one's completion dies with it, and that good job,
+    reaped a third time, is dead-lettered (tests/chaos/test_poison.py at load 15 on Redis)."""
+    book = LeaseBook()
+    suspects = HeldSuspects(book)
+    job = ClaimedJob("q", JobId("JOB00000000001"), b"{}", Token(3), "nonce")
+    lease = Lease(job=job, confirmed_at=0.0, started=True)
+    book.add(lease)
+    suspects.add(lease)
+    assert suspects.room() == 0
+    book.mark_settling(lease)  # the handler returned; its completion waits in the batch
+    assert suspects.room() == 0
+    book.discard(lease)  # the completion is written
+    assert suspects.room() == 1

@@ -10,7 +10,7 @@ import time
 import anyio
 from redis.asyncio import Redis
 
-from emq_worker import App, JobContext, Producer
+from emq_worker import Producer
 from emq_worker.admin import worker_control
 from emq_worker.protocol.keys import QueueKeys, worker_ask_key, worker_entry_key
 from emq_worker.protocol.names import JobId
@@ -19,7 +19,7 @@ from emq_worker.protocol.scripts import Scripts
 from emq_worker.runtime.presence import Presence, WorkerRegistry, live_workers
 from tests.support.commands import parked
 from tests.support.processes import EMQ_WORKER, WorkerProcess, WorkerProcesses
-from tests.support.running import running_worker, worker_settings
+from tests.support.running import holding_worker, worker_settings
 from tests.support.wait import eventually, until
 
 LEASE_MS = 5_000
@@ -148,15 +148,8 @@ out if only the refresh read it; far above a 100 ms beat, for a loaded machine."
 async def test_a_worker_holding_jobs_hears_a_stop_within_a_beat_not_at_its_next_refresh(
     client: Redis, redis_url: str, queue_name: str
 ) -> None:
-    release = anyio.Event()
-    app = App()
-
-    @app.task()
-    async def hold(ctx: JobContext) -> None:
-        await release.wait()
-
     settings = worker_settings(queue_name, redis_url, beat_ms=100, lease_ms=30_000)
-    async with running_worker(settings, app) as worker:
+    async with holding_worker(settings) as (worker, _):
         await Producer(client).enqueue(queue_name, "hold")
 
         async def holding() -> dict[str, object] | None:
@@ -175,7 +168,6 @@ async def test_a_worker_holding_jobs_hears_a_stop_within_a_beat_not_at_its_next_
         await worker_control.ask_worker(client, str(entry["id"]), "stop", no_queues)
         await until(lambda: worker.stop.requested, what="the stop to be heard", within=HEARD_S)
         assert time.monotonic() - asked < HEARD_S
-        release.set()
 
 
 async def no_queues() -> list[str]:

@@ -118,14 +118,28 @@ async def stall(ctx: JobContext, release: str, block_ms: int, ms: int) -> None:
     record(DONE, ctx)
 
 
+UNTIL_CAP_S = 60.0
+"""The longest `block_loop` waits for its `until` file past its `ms`."""
+
+
 @app.task
-async def block_loop(ctx: JobContext, ms: int, attempts: int = 1) -> None:
+async def block_loop(ctx: JobContext, ms: int, attempts: int = 1, until: str = "") -> None:
     """Block the event loop itself for `ms` (a handler doing sync I/O in async code), on the
-    first `attempts` attempts only, so a re-run can finish."""
+    first `attempts` attempts only, so a re-run can finish; with `until`, go on blocking until
+    that file exists (a test's signal that the takeover it waits for has happened)."""
     record(START, ctx)
     if ctx.attempt <= attempts:
         time.sleep(ms / 1000)  # noqa: ASYNC251 - blocking the loop is the point
+        if until:
+            _block_until(Path(until))
     record(DONE, ctx)
+
+
+def _block_until(path: Path) -> None:
+    """Sleep (blocking the caller's loop) until `path` exists, or UNTIL_CAP_S."""
+    capped = time.monotonic() + UNTIL_CAP_S
+    while not path.exists() and time.monotonic() < capped:
+        time.sleep(0.01)
 
 
 @app.task

@@ -515,6 +515,10 @@ async def held_kills(directory: Path, size: HeldKillSize) -> RowResult:
         facts = {"connections_killed": killed, "rounds": len(fleet.faults), **rejections(fleet)}
         facts["renew_failed"] = len(fleet.events("renew_failed"))
         facts["beat_failed"] = len(fleet.events("beat_failed"))
+        # A self-fence with the loop stalled near a lease is the machine's, not the kills'.
+        facts["max_loop_stall_ms"] = max(
+            (int(e.get("lag_ms", 0)) for e in fleet.events("event_loop_blocked")), default=0
+        )
     return RowResult(
         "held jobs, connections killed", verdict, _sizes(size), time.monotonic() - began, facts
     )

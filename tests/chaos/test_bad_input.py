@@ -26,11 +26,12 @@ from emq_worker.errors import PayloadError
 from emq_worker.jobs import codec
 from emq_worker.protocol.ids import SnowflakeMinter
 from emq_worker.protocol.keys import QueueKeys
-from emq_worker.protocol.names import JobId
+from emq_worker.protocol.names import DEFAULT_WIRE_VERSION, JobId
 from emq_worker.protocol.payload_limits import MAX_PAYLOAD_BYTES
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts, read_source
 from emq_worker.protocol.values import NewJob
+from emq_worker.valkey.connection import connect
 from tests.chaos.faults import Fleet, enqueue, wait_drained
 from tests.chaos.rows import stage
 from tests.support.running import running_worker, worker_settings
@@ -223,7 +224,14 @@ async def test_a_100_mb_payload_is_refused_by_its_size_and_the_worker_stays_smal
     async with stage(tmp_path, appendonly=False, queue=queue) as (server, client, processes):
         keys = QueueKeys.of(queue)
         huge = _id()
-        await client.eval(BIG_ROW, 2, keys.job(huge), keys.pending, 100 * 1024 * 1024, huge)
+        # Written once, waiting as long as it takes: the stage's client (5 s socket timeout,
+        # 20 retries) re-sent this 100 MB script on a loaded machine, each copy queued behind
+        # the last, until the test's 120 s ran out (Redis 7.0 at load 15).
+        writer = connect(server.url, DEFAULT_WIRE_VERSION, socket_timeout_s=None)
+        try:
+            await writer.eval(BIG_ROW, 2, keys.job(huge), keys.pending, 100 * 1024 * 1024, huge)
+        finally:
+            await writer.aclose()
         fleet = Fleet(processes, queue, server.url, 1_000, 200)
         [worker] = await fleet.start(1)
         ids = await enqueue(client, queue, 5, "work")

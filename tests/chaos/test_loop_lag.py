@@ -6,6 +6,7 @@ as long triggers none of it."""
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -13,8 +14,10 @@ import pytest
 
 from emq_worker.observe.looplag import warn_after_ms
 from tests.chaos.faults import Fleet, enqueue, judge, wait_drained
+from tests.chaos.ledger import START, read_ledger
 from tests.chaos.rows import rejections, stage, stop_gracefully
-from tests.support.processes import WorkerProcess
+from tests.support.processes import WorkerProcess, WorkerProcesses
+from tests.support.wait import eventually
 
 pytestmark = pytest.mark.fault
 
@@ -32,6 +35,18 @@ async def metric(worker: WorkerProcess, name: str) -> float:
     return float(found.group(1))
 
 
+def _started_by(
+    processes: WorkerProcesses, job: str, worker: WorkerProcess
+) -> Callable[[], Awaitable[bool]]:
+    async def probe() -> bool:
+        return any(
+            e.kind == START and e.job == job and e.pid == worker.pid
+            for e in read_ledger(processes.ledger.path.parent)
+        )
+
+    return probe
+
+
 @pytest.mark.timeout(120)
 async def test_a_handler_blocking_the_loop_past_a_lease_is_fenced_and_reported(
     tmp_path: Path,
@@ -41,9 +56,17 @@ async def test_a_handler_blocking_the_loop_past_a_lease_is_fenced_and_reported(
             processes, "chaos.block", server.url, LEASE_MS, BEAT_MS, extra=["--http", "127.0.0.1:0"]
         )
         blocker = (await fleet.start(1))[0]
-        ids = await enqueue(client, fleet.queue, 1, "block_loop", ms=BLOCK_MS)
+        # The blocker blocks for BLOCK_MS and until the rescuer has taken the job over: on a
+        # loaded machine the rescuer took 4.5 s to start, and the blocker, unblocked first,
+        # reaped its own lapsed lease and ran the job again itself.
+        taken_over = tmp_path / "taken-over"
+        [job] = ids = await enqueue(
+            client, fleet.queue, 1, "block_loop", ms=BLOCK_MS, until=str(taken_over)
+        )
         await blocker.wait_event("job_claimed", within_s=30)
         rescuer = (await fleet.start(1))[0]
+        await eventually(_started_by(processes, job, rescuer), timeout=60, what="the takeover")
+        taken_over.touch()
         await wait_drained(client, fleet.queue, within_s=60)
         blocked = await blocker.wait_event("event_loop_blocked", within_s=30)
         assert blocked["lag_ms"] >= LEASE_MS

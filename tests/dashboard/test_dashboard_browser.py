@@ -80,6 +80,9 @@ async def chromium() -> AsyncIterator[Browser]:
 async def page_on(browser: Browser) -> AsyncIterator[Page]:
     context = await browser.new_context(viewport={"width": 1280, "height": 760})
     page = await context.new_page()
+    # Every `expect` without its own timeout waits as long as a loaded machine needs: the
+    # default 5 s failed the tour at load 15 (a click on a plain link, its page not shown yet).
+    expect.set_options(timeout=SEEN_MS)
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.on("dialog", lambda dialog: errors.append(f"dialog: {dialog.message}"))

@@ -23,3 +23,18 @@ def cancellable_app(events: list[str]) -> App:
         events.append("finished")
 
     return app
+
+
+class HoldingApp:
+    """One task, `hold`, that sets `started` and holds its job until `release` is set: a worker
+    in-process holding a job (a lease renewed, a slot taken) for as long as a test needs."""
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        self.release = anyio.Event()
+        self.app = App()
+
+        @self.app.task
+        async def hold(ctx: JobContext) -> None:
+            self.started.set()
+            await self.release.wait()

@@ -11,6 +11,7 @@ import anyio
 from emq_worker import App, Worker, WorkerSettings
 from emq_worker.observe.sdnotify import Notifier
 from emq_worker.retry import Fixed
+from tests.support.apps import HoldingApp
 
 
 def worker_settings(queues: str | tuple[str, ...], url: str, **overrides: Any) -> WorkerSettings:
@@ -39,3 +40,15 @@ async def running_worker(
             yield worker
         finally:
             worker.request_stop()
+
+
+@asynccontextmanager
+async def holding_worker(settings: WorkerSettings) -> AsyncIterator[tuple[Worker, HoldingApp]]:
+    """`running_worker` with a `HoldingApp`: the job of its task `hold` stays held until the test
+    sets `release`, or leaves the block (released first, so the stop does not wait for it)."""
+    holding = HoldingApp()
+    async with running_worker(settings, holding.app) as worker:
+        try:
+            yield worker, holding
+        finally:
+            holding.release.set()
