@@ -10,7 +10,7 @@ import time
 import anyio
 from redis.asyncio import Redis
 
-from emq_worker import Producer
+from emq_worker import App, Producer
 from emq_worker.admin import worker_control
 from emq_worker.protocol.keys import QueueKeys, worker_ask_key, worker_entry_key
 from emq_worker.protocol.names import JobId
@@ -19,7 +19,7 @@ from emq_worker.protocol.scripts import Scripts
 from emq_worker.runtime.presence import Presence, WorkerRegistry, live_workers
 from tests.support.commands import parked
 from tests.support.processes import EMQ_WORKER, WorkerProcess, WorkerProcesses
-from tests.support.running import holding_worker, worker_settings
+from tests.support.running import holding_worker, running_worker, worker_settings
 from tests.support.wait import eventually, until
 
 LEASE_MS = 5_000
