@@ -28,7 +28,9 @@ pytestmark = [
 QUEUE = "skew"
 LEASE_MS = 1_500
 BEAT_MS = 200
-JOBS = 30
+CONCURRENCY = 20
+JOBS = CONCURRENCY
+"""One round: every job held at once, each through renewals."""
 JOB_MS = 2_000
 """Longer than a lease: each job lives only because renewals move its deadline."""
 HOUR_S = 3_600.0
@@ -40,7 +42,7 @@ def spawn_skewed(processes: WorkerProcesses, name: str, url: str, skew: str) -> 
     args = ["faketime", "-f", skew] if skew else []
     args += [str(EMQ_WORKER), "run", "--queue", QUEUE, "--app", CHAOS_APP]
     args += ["--app-dir", str(REPO_ROOT), "--redis-url", url, "--lease-ms", str(LEASE_MS)]
-    args += ["--beat-ms", str(BEAT_MS), "--log-format", "json", "--concurrency", "20"]
+    args += ["--beat-ms", str(BEAT_MS), "--log-format", "json", "--concurrency", str(CONCURRENCY)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
     env[LEDGER_ENV] = str(processes.ledger.path)
     env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
