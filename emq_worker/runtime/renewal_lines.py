@@ -15,6 +15,11 @@ worker's own loop runs then. When all are busy, a line dialled afresh goes throu
 the link is up.
 
 Lines are dialled on first use: a worker that holds nothing opens none and sends nothing.
+
+Closing (at the worker's stop) leaves no line open: it waits, at most CLOSE_WAIT_S, for the sends
+in flight to end (a cluster client still reading its slot map opens its connections when that
+read answers, after a close that came before), closes every line whatever another's close
+raised, and dials nothing after.
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import anyio
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
+from emq_worker.observe.log import get_logger
 from emq_worker.protocol.queue import Queue
 from emq_worker.protocol.scripts import Scripts
+from emq_worker.valkey.failures import describe
 
 MOST_LINES = 8
 """Renewals in flight at once, at most: with re-sends every quarter interval and each line's
@@ -37,6 +46,16 @@ WARM_LINES = 4
 connected lines."""
 
 CONNECT_TIMEOUT_FLOOR_S = 0.1
+
+CLOSE_WAIT_S = 1.0
+"""How long closing waits for the sends in flight to end (a stuck one does not hold up the stop
+longer: its line is closed under it), and then, at most, for the lines to close."""
+
+CLOSE_TRIES = 3
+"""Closes of one line's client before giving up on it: redis-py abandons a close at the first
+connection whose close is not seen within the connect timeout (a line's is short, and a stall of
+the loop that long ends it), leaving that client's other connections open; another try closes
+them."""
 
 
 def renewal_connect_timeout_s(renew_interval_ms: int) -> float:
@@ -69,13 +88,18 @@ class RenewalLines:
         scripts: Scripts,
         most: int = MOST_LINES,
         warm: int = WARM_LINES,
+        close_wait_s: float = CLOSE_WAIT_S,
     ) -> None:
         self._dial = dial
         self._scripts = scripts
         self._most = most
         self._warm = min(warm, most)
+        self._close_wait_s = close_wait_s
         self._lines: list[RenewalLine] = []
         self._takes = itertools.count()
+        self._closed = False
+        self._all_idle: anyio.Event | None = None
+        """Set when the last send in flight ends, while closing waits for that."""
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -83,7 +107,11 @@ class RenewalLines:
     @contextmanager
     def idle(self) -> Iterator[RenewalLine | None]:
         """The line idle longest, held for the block (a new one while fewer than `warm` exist,
-        or when all are busy and fewer than `most` exist); None when all `most` are busy."""
+        or when all are busy and fewer than `most` exist); None when all `most` are busy, or
+        once closed (a send started as the worker stops dials nothing)."""
+        if self._closed:
+            yield None
+            return
         line = min((line for line in self._lines if not line.busy), key=_taken, default=None)
         if len(self._lines) < self._most and (line is None or len(self._lines) < self._warm):
             line = RenewalLine(self._dial(), self._scripts)
@@ -97,11 +125,38 @@ class RenewalLines:
             yield line
         finally:
             line.busy = False
+            if self._all_idle is not None and not any(other.busy for other in self._lines):
+                self._all_idle.set()
 
     async def aclose(self) -> None:
-        for line in self._lines:
-            await line.client.aclose()
-        self._lines.clear()
+        """Close every line, once the sends in flight ended or CLOSE_WAIT_S passed; the closes
+        too are given CLOSE_WAIT_S at most (a stop is never held up by a line)."""
+        self._closed = True
+        if any(line.busy for line in self._lines):
+            self._all_idle = anyio.Event()
+            with anyio.move_on_after(self._close_wait_s):
+                await self._all_idle.wait()
+        lines, self._lines = self._lines, []
+        with anyio.move_on_after(self._close_wait_s) as bound:
+            async with anyio.create_task_group() as group:
+                for line in lines:
+                    group.start_soon(_close, line.client)
+        if bound.cancelled_caught:
+            get_logger().warning("renewal_lines_close_timed_out", lines=len(lines))
+
+
+async def _close(client: Redis) -> None:
+    """Close `client`, trying again while a close fails (CLOSE_TRIES says why)."""
+    error: Exception | None = None
+    for _ in range(CLOSE_TRIES):
+        try:
+            await client.aclose()
+        except (RedisError, OSError) as exc:
+            error = exc
+        else:
+            return
+    if error is not None:
+        get_logger().warning("renewal_line_close_failed", error=describe(error))
 
 
 def _taken(line: RenewalLine) -> int:
