@@ -3,6 +3,7 @@ fence through the cluster, the park across slots, and renewal sweeps that overla
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from collections.abc import Sequence
@@ -307,3 +308,32 @@ async def test_scripts_and_the_renewal_pipeline_follow_ask_then_moved(
         assert (await queue.complete(lease, 60_000)).status == SettleStatus.OK
     counts = await queue.counts()
     assert (counts.pending, counts.active) == (100 - len(held), 0)
+
+
+async def test_a_node_closing_its_idle_connections_hands_none_of_them_out_meanwhile(
+    cluster_client: Redis,
+) -> None:
+    """redis-py 8.1 closes a node's idle connections (disconnect_free_connections: after a
+    command on that node met a lost connection, or the node left the slot map) while they stay
+    in the pool: a command that takes one meanwhile wrote on a socket being closed under it,
+    raising `AttributeError: 'NoneType' object has no attribute 'writelines'` (asyncio) or
+    uvloop's `RuntimeError: ... the handler is closed`, which no caller retries: it killed a
+    worker at a primary's failover. The idle connections closed are out of the pool meanwhile."""
+    client = cluster_client
+    assert isinstance(client, FencedCluster)
+    key = "{closing}:idle"
+    await client.set(key, "v")  # leaves a connected connection idle on the key's node
+    node = client.nodes_manager.get_node_from_slot(hash_slot(key))
+    for _ in range(3):  # each round: the connection closed by the previous one is idle again
+        closing = asyncio.create_task(node.disconnect_free_connections())
+        # One scheduling step: the close has listed the idle connections and scheduled their
+        # disconnects, not yet run (the window in which redis-py handed them out).
+        await asyncio.sleep(0)
+        connection = node.acquire_connection()
+        try:
+            await connection.send_command("GET", key)
+            assert await connection.read_response() == b"v"
+        finally:
+            node.release(connection)
+        await closing
+        assert await client.get(key) == b"v"
