@@ -337,3 +337,46 @@ async def test_a_node_closing_its_idle_connections_hands_none_of_them_out_meanwh
             node.release(connection)
         await closing
         assert await client.get(key) == b"v"
+
+
+@pytest.mark.parametrize("server", ["cluster", "redis_url"])
+def test_a_write_on_a_connection_reset_under_it_is_a_connection_error_on_uvloop(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    """uvloop closes a transport at once when the peer resets it (a primary SIGKILLed just as
+    a connection to it opened, or while one was idle), and a later write on it raises
+    `RuntimeError: unable to perform operation on <TCPTransport closed=True ...>; the handler
+    is closed`, not the OSError redis-py turns into a ConnectionError: no retry or scoping
+    applied, and a worker at a primary's failover exited (its claim or settle raised it). The
+    worker runs on uvloop (runtime/daemon.py), so this test does too."""
+    uvloop = pytest.importorskip("uvloop")
+    target = request.getfixturevalue(server)
+    url = target.url if isinstance(target, ClusterOfServers) else str(target)
+    key = "{reset}:under"
+
+    async def write_after_reset() -> None:
+        client = connect(url, DEFAULT_WIRE_VERSION)
+        try:
+            await client.set(key, "v")
+            if isinstance(client, RedisCluster):
+                node = client.nodes_manager.get_node_from_slot(hash_slot(key))
+                connection = node.acquire_connection()
+            else:
+                connection = await client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+            try:
+                await connection.connect()
+                # What a peer's reset does to uvloop's transport: closed, the handle gone.
+                connection._writer.transport.abort()
+                with pytest.raises(RedisConnectionError):
+                    await connection.send_command("GET", key)
+            finally:
+                if isinstance(client, RedisCluster):
+                    node.release(connection)
+                else:
+                    await client.connection_pool.release(connection)
+            assert await client.get(key) == b"v"  # the connection reopens on its next use
+        finally:
+            await client.aclose()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(write_after_reset())
