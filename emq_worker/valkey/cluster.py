@@ -239,7 +239,12 @@ class FencedCluster(RedisCluster):
             raise discovery_failed(exc, seeds) from exc
         if fresh:
             self._rebuild_after = time.monotonic() + REBUILD_EVERY_S
-            await self.fence.discovered(self)
+            try:
+                await self.fence.discovered(self)
+            except BaseException:
+                if not self.fence.passed:
+                    self._initialize = True  # unfenced: the next command discovers and fences
+                raise
         return self
 
     def rediscover(self) -> None:

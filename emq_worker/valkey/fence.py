@@ -67,13 +67,24 @@ class ClusterFence:
         self._checked = 0
         self._retry_at = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._fencing = False
+        """The first check's read is under way (the rebuilds its retries ask for do not fence)."""
 
     async def discovered(self, store: VersionStore) -> None:
         """The client (re)built its slot map: the first time, fence before any command; later,
         ask for a re-check in the background."""
         if not self.passed:
+            if self._fencing:
+                # The first check's own read met a lost node, and redis-py's retry of it rebuilt
+                # the map: that read's next try decides. (Reading again here nested one check in
+                # the other, each retry deeper, holding the command until the key's node led.)
+                return
+            self._fencing = True
             self.checks += 1
-            await read_version(store, self.wire_version)
+            try:
+                await read_version(store, self.wire_version)
+            finally:
+                self._fencing = False
             self.passed = True
             return
         self._wanted += 1
