@@ -2,11 +2,13 @@
 
 A single server's client fences every (re)connection. A cluster client fences when it (re)builds
 its slot map (server.cluster). The first fence is awaited: no command goes out before
-`{emq}:version` was read (or set, when absent) and matched. Later rebuilds follow a lost node, a
-failover or a moved slot; an awaited check there would make the node owning `{emq}:version` a
-single point of failure: while it is down (until its replica leads) every rebuild's check fails,
-and with it every command to every node. So after the first verdict, each rebuild only asks for a
-re-check, run in the background while commands go on under the last verdict:
+`{emq}:version` was read (or set, when absent) and matched; a first read that cannot reach the
+key fails the command that asked for it (a lost node), and the next command fences again.
+Later rebuilds follow a lost node, a failover or a moved slot; an awaited check there would make
+the node owning `{emq}:version` a single point of failure: while it is down (until its replica
+leads) every rebuild's check fails, and with it every command to every node. So after the first
+verdict, each rebuild only asks for a re-check, run in the background while commands go on under
+the last verdict:
 
 - the key's node answers with the wire version (or the key is absent and SET NX restores it, as
   after a failover to a replica that had not received it): the verdict stands;
