@@ -22,6 +22,7 @@ queues on its slots:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -29,7 +30,13 @@ from typing import Any, Final, cast
 
 from redis._parsers import AsyncCommandsParser
 from redis.asyncio import Redis
-from redis.asyncio.cluster import ClusterNode, ClusterPipeline, PipelineCommand, RedisCluster
+from redis.asyncio.cluster import (
+    ClusterNode,
+    ClusterPipeline,
+    NodesManager,
+    PipelineCommand,
+    RedisCluster,
+)
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.exceptions import (
@@ -95,14 +102,22 @@ def is_moving(error: Exception) -> bool:
 _ASKED: ContextVar[ClusterNode | None] = ContextVar("emq_asked", default=None)
 
 
-class _AskingNode(ClusterNode):
-    """A node that sends ASKING on the same connection as the command it is for.
+class _FencedNode(ClusterNode):
+    """A cluster node that sends ASKING on the same connection as the command it is for, and
+    hands out no connection it is closing.
 
     After an ASK redirect, redis-py 8.1's asyncio cluster sends `ASKING` and then the command as
     two separate node calls, each taking a pooled connection: with several idle connections they
     go out on different ones, the importing node sees the command without ASKING and answers
     MOVED, and the retry loop ends in "TTL exhausted". Here `ASKING` is only noted (for the
-    calling task) and sent in one write with the next command on this node."""
+    calling task) and sent in one write with the next command on this node.
+
+    redis-py closes a node's idle connections (after a command there met a lost connection, or
+    when the node leaves the slot map) while they stay in the pool: a task that takes one before
+    its close has run writes on a socket closed under it, and fails with an AttributeError
+    (asyncio: the writer already None) or a RuntimeError (uvloop: "the handler is closed") that
+    no caller retries; in a worker it ended the process at a primary's failover. Here they leave
+    the pool while they close, and come back closed (the next use reconnects)."""
 
     __slots__ = ()
 
@@ -119,6 +134,42 @@ class _AskingNode(ClusterNode):
             if isinstance(command.result, Exception):
                 raise command.result
         return commands[1].result
+
+    async def disconnect_free_connections(self) -> None:
+        idle = list(self._free)
+        self._free.clear()
+        try:
+            await asyncio.gather(
+                *(connection.disconnect() for connection in idle), return_exceptions=True
+            )
+        finally:
+            # Back unless the node was closed meanwhile (its pool emptied): then they are gone.
+            owned = self._connections
+            self._free.extend(connection for connection in idle if connection in owned)
+
+
+class _FencedNodes(NodesManager):
+    """redis-py's slot map, whose every node is a _FencedNode: those it creates on a rebuild
+    of the map or a MOVED redirect all pass through set_nodes."""
+
+    __slots__ = ()
+
+    def set_nodes(
+        self,
+        old: dict[str, ClusterNode],
+        new: dict[str, ClusterNode],
+        remove_old: bool = False,
+    ) -> None:
+        for node in new.values():
+            fenced_node(node)
+        super().set_nodes(old, new, remove_old)
+
+
+def fenced_node(node: ClusterNode) -> ClusterNode:
+    """`node` as a _FencedNode (same slots, methods overridden: the pool and connections stay)."""
+    if type(node) is ClusterNode:
+        node.__class__ = _FencedNode
+    return node
 
 
 class _CommandTableOnce(AsyncCommandsParser):
@@ -162,6 +213,9 @@ class FencedCluster(RedisCluster):
         self._rebuild_after = 0.0
         self.retry.__class__ = _CommandRetry
         self.commands_parser.__class__ = _CommandTableOnce
+        self.nodes_manager.__class__ = _FencedNodes
+        for node in self.nodes_manager.startup_nodes.values():
+            fenced_node(node)
 
     @property
     def fence_checks(self) -> int:
@@ -185,7 +239,12 @@ class FencedCluster(RedisCluster):
             raise discovery_failed(exc, seeds) from exc
         if fresh:
             self._rebuild_after = time.monotonic() + REBUILD_EVERY_S
-            await self.fence.discovered(self)
+            try:
+                await self.fence.discovered(self)
+            except BaseException:
+                if not self.fence.passed:
+                    self._initialize = True  # unfenced: the next command discovers and fences
+                raise
         return self
 
     def rediscover(self) -> None:
@@ -205,11 +264,10 @@ class FencedCluster(RedisCluster):
     def get_node(
         self, host: str | None = None, port: int | None = None, node_name: str | None = None
     ) -> ClusterNode | None:
-        """Every node an ASK redirect reaches is looked up here: make it an _AskingNode."""
+        """Every node an ASK redirect reaches is looked up here: a _FencedNode (they all are:
+        _FencedNodes; this keeps it so should redis-py add a node some other way)."""
         node = super().get_node(host, port, node_name)
-        if node is not None and type(node) is ClusterNode:
-            node.__class__ = _AskingNode
-        return node
+        return fenced_node(node) if node is not None else None
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         self.fence.verdict()
@@ -229,7 +287,7 @@ class FencedCluster(RedisCluster):
         self, transaction: Any | None = None, shard_hint: Any | None = None
     ) -> ClusterPipeline:
         pipe = super().pipeline(transaction, shard_hint)
-        # As for _AskingNode: same slots, one method more. (Any: redis-py's CommandsProtocol
+        # As for _FencedNode: same slots, one method more. (Any: redis-py's CommandsProtocol
         # declares `_event_dispatcher` bare, so mypy deems every subclass abstract.)
         pipe.__class__ = cast(Any, _ScopedPipeline)
         return pipe

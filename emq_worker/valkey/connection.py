@@ -12,6 +12,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool
 from redis.connection import HiredisRespSerializer
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.utils import HIREDIS_AVAILABLE
 
@@ -131,7 +132,7 @@ def connect(
             socket_timeout_s=socket_timeout_s,
             connect_timeout_s=dial_s,
             max_connections=max_connections,
-            wrap_connection=_packed_by_hiredis,
+            wrap_connection=our_connection,
         )
 
     restarts = RestartWatch()
@@ -152,7 +153,7 @@ def connect(
         **_without_maintenance_notices(),
     }
     pool = BlockingConnectionPool.from_url(address.url, **(settings | options))
-    pool.connection_class = _packed_by_hiredis(pool.connection_class)
+    pool.connection_class = our_connection(pool.connection_class)
     return Redis.from_pool(pool)
 
 
@@ -215,7 +216,35 @@ class _HiredisPack:
         return packed
 
 
-def _packed_by_hiredis(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:
-    if not HIREDIS_AVAILABLE:
-        return connection_class
-    return type(f"HiredisPacked{connection_class.__name__}", (_HiredisPack, connection_class), {})
+_UVLOOP_CLOSED = "the handler is closed"
+"""The end of uvloop's RuntimeError for an operation on a transport already closed."""
+
+
+class _ResetIsLost:
+    """A write on a connection its peer reset is a lost connection (ConnectionError), as
+    redis-py makes of the OSError asyncio's own loop raises, whatever the event loop.
+
+    uvloop closes a transport as soon as the peer resets it (a server SIGKILLed just as a
+    connection to it opened, or while one was idle in the pool), and the next write on it
+    raises `RuntimeError: unable to perform operation on <TCPTransport closed=True ...>; the
+    handler is closed`: redis-py lets it through, so no retry, resend or per-queue scoping
+    applied, and a worker at a primary's failover exited. (redis-py has already dropped the
+    connection when the error reaches here: the next use reconnects.)"""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        try:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        except RuntimeError as exc:
+            if not str(exc).endswith(_UVLOOP_CLOSED):
+                raise
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+
+
+def our_connection(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:
+    """`connection_class` as every client here uses it: a reset under a write is a lost
+    connection (_ResetIsLost); commands packed by hiredis where it is installed."""
+    bases: tuple[type, ...] = (_ResetIsLost, connection_class)
+    if HIREDIS_AVAILABLE:
+        bases = (_HiredisPack, *bases)
+    name = f"{'HiredisPacked' if HIREDIS_AVAILABLE else ''}{connection_class.__name__}"
+    return type(name, bases, {})

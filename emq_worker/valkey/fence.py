@@ -2,11 +2,13 @@
 
 A single server's client fences every (re)connection. A cluster client fences when it (re)builds
 its slot map (server.cluster). The first fence is awaited: no command goes out before
-`{emq}:version` was read (or set, when absent) and matched. Later rebuilds follow a lost node, a
-failover or a moved slot; an awaited check there would make the node owning `{emq}:version` a
-single point of failure: while it is down (until its replica leads) every rebuild's check fails,
-and with it every command to every node. So after the first verdict, each rebuild only asks for a
-re-check, run in the background while commands go on under the last verdict:
+`{emq}:version` was read (or set, when absent) and matched; a first read that cannot reach the
+key fails the command that asked for it (a lost node), and the next command fences again.
+Later rebuilds follow a lost node, a failover or a moved slot; an awaited check there would make
+the node owning `{emq}:version` a single point of failure: while it is down (until its replica
+leads) every rebuild's check fails, and with it every command to every node. So after the first
+verdict, each rebuild only asks for a re-check, run in the background while commands go on under
+the last verdict:
 
 - the key's node answers with the wire version (or the key is absent and SET NX restores it, as
   after a failover to a replica that had not received it): the verdict stands;
@@ -67,13 +69,24 @@ class ClusterFence:
         self._checked = 0
         self._retry_at = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._fencing = False
+        """The first check's read is under way (the rebuilds its retries ask for do not fence)."""
 
     async def discovered(self, store: VersionStore) -> None:
         """The client (re)built its slot map: the first time, fence before any command; later,
         ask for a re-check in the background."""
         if not self.passed:
+            if self._fencing:
+                # The first check's own read met a lost node, and redis-py's retry of it rebuilt
+                # the map: that read's next try decides. (Reading again here nested one check in
+                # the other, each retry deeper, holding the command until the key's node led.)
+                return
+            self._fencing = True
             self.checks += 1
-            await read_version(store, self.wire_version)
+            try:
+                await read_version(store, self.wire_version)
+            finally:
+                self._fencing = False
             self.passed = True
             return
         self._wanted += 1

@@ -3,6 +3,7 @@ fence through the cluster, the park across slots, and renewal sweeps that overla
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from collections.abc import Sequence
@@ -307,3 +308,75 @@ async def test_scripts_and_the_renewal_pipeline_follow_ask_then_moved(
         assert (await queue.complete(lease, 60_000)).status == SettleStatus.OK
     counts = await queue.counts()
     assert (counts.pending, counts.active) == (100 - len(held), 0)
+
+
+async def test_a_node_closing_its_idle_connections_hands_none_of_them_out_meanwhile(
+    cluster_client: Redis,
+) -> None:
+    """redis-py 8.1 closes a node's idle connections (disconnect_free_connections: after a
+    command on that node met a lost connection, or the node left the slot map) while they stay
+    in the pool: a command that takes one meanwhile wrote on a socket being closed under it,
+    raising `AttributeError: 'NoneType' object has no attribute 'writelines'` (asyncio) or
+    uvloop's `RuntimeError: ... the handler is closed`, which no caller retries: it killed a
+    worker at a primary's failover. The idle connections closed are out of the pool meanwhile."""
+    client = cluster_client
+    assert isinstance(client, FencedCluster)
+    key = "{closing}:idle"
+    await client.set(key, "v")  # leaves a connected connection idle on the key's node
+    node = client.nodes_manager.get_node_from_slot(hash_slot(key))
+    for _ in range(3):  # each round: the connection closed by the previous one is idle again
+        closing = asyncio.create_task(node.disconnect_free_connections())
+        # One scheduling step: the close has listed the idle connections and scheduled their
+        # disconnects, not yet run (the window in which redis-py handed them out).
+        await asyncio.sleep(0)
+        connection = node.acquire_connection()
+        try:
+            await connection.send_command("GET", key)
+            assert await connection.read_response() == b"v"
+        finally:
+            node.release(connection)
+        await closing
+        assert await client.get(key) == b"v"
+
+
+@pytest.mark.parametrize("server", ["cluster", "redis_url"])
+def test_a_write_on_a_connection_reset_under_it_is_a_connection_error_on_uvloop(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    """uvloop closes a transport at once when the peer resets it (a primary SIGKILLed just as
+    a connection to it opened, or while one was idle), and a later write on it raises
+    `RuntimeError: unable to perform operation on <TCPTransport closed=True ...>; the handler
+    is closed`, not the OSError redis-py turns into a ConnectionError: no retry or scoping
+    applied, and a worker at a primary's failover exited (its claim or settle raised it). The
+    worker runs on uvloop (runtime/daemon.py), so this test does too."""
+    uvloop = pytest.importorskip("uvloop")
+    target = request.getfixturevalue(server)
+    url = target.url if isinstance(target, ClusterOfServers) else str(target)
+    key = "{reset}:under"
+
+    async def write_after_reset() -> None:
+        client = connect(url, DEFAULT_WIRE_VERSION)
+        try:
+            await client.set(key, "v")
+            if isinstance(client, RedisCluster):
+                node = client.nodes_manager.get_node_from_slot(hash_slot(key))
+                connection = node.acquire_connection()
+            else:
+                connection = await client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+            try:
+                await connection.connect()
+                # What a peer's reset does to uvloop's transport: closed, the handle gone.
+                connection._writer.transport.abort()
+                with pytest.raises(RedisConnectionError):
+                    await connection.send_command("GET", key)
+            finally:
+                if isinstance(client, RedisCluster):
+                    node.release(connection)
+                else:
+                    await client.connection_pool.release(connection)
+            assert await client.get(key) == b"v"  # the connection reopens on its next use
+        finally:
+            await client.aclose()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(write_after_reset())
