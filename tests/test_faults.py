@@ -96,7 +96,7 @@ async def test_a_dead_holder_s_lease_is_reaped_within_a_beat_of_its_deadline_by_
     checks are answered `held`. A note made over a lease lapses at its deadline at the latest, and
     a held check is made again a beat after the note lapses, not a check window (ten beats here)
     after: the lease of a holder killed is reaped within a beat of its deadline."""
-    lease_ms, beat_ms = 15_000, 250  # a check window of 2.5 s, a third of the lease at most
+    lease_ms, beat_ms = 9_000, 250  # a check window of 2.5 s, under a third of the lease
     queue = Producer(client).queue(queue_name)
     a, b, job = await held_by_a_beside_b(queue, redis_url, workers, lease_ms, beat_ms)
 
