@@ -255,7 +255,7 @@ class FencedCluster(RedisCluster):
         if _IN_COMMAND.get():
             self.rediscover()
             return
-        self.fence.reset()
+        await self.fence.reset()  # first: a re-check still running would re-open the client
         if self._initialize:  # rediscover() kept the connections: close them all the same
             await self.nodes_manager.aclose()
             await self.nodes_manager.aclose("startup_nodes")

@@ -34,6 +34,8 @@ VERSION_KEY: Final = "{emq}:version"
 """Holds the wire version (default `echomq:3.0.0`); never overwritten once present."""
 RECHECK_RETRY_S = 1.0
 """How soon a re-check that could not reach `{emq}:version` is tried again."""
+RECANCEL_S = 0.05
+"""How soon closing cancels again a re-check that is still running (it swallowed the cancel)."""
 
 
 class VersionStore(Protocol):
@@ -120,10 +122,20 @@ class ClusterFence:
             return
         self._checked = max(self._checked, wanted)
 
-    def reset(self) -> None:
-        """The client was closed: its next use fences again before any command."""
-        if self._task is not None:
-            self._task.cancel()
+    async def reset(self) -> None:
+        """The client is closing: end the re-check under way (before the connections close);
+        the client's next use fences again before any command.
+
+        The re-check is cancelled until it has ended, not once: a cancel can be swallowed (on
+        Python 3.11, `asyncio.wait_for`, which redis-py's send awaits, returns the write's result
+        when the cancel came in the loop turn the write completed in), and a re-check that went
+        on read through the client after its close, which re-opened it (redis-py rebuilds a
+        closed cluster client at its next command) for good: CI's unclosed FencedCluster."""
+        while (task := self._task) is not None and not task.done():
+            if task is asyncio.current_task():
+                break  # closed from the re-check itself: it ends by returning
+            task.cancel()
+            await asyncio.wait({task}, timeout=RECANCEL_S)
         self._task = None
         self.passed = False
         self._checked = self._wanted = 0

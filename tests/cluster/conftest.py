@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from emq_worker.protocol.keys import QueueKeys, hash_slot
 from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
@@ -41,3 +42,10 @@ def spread_queues(cluster: ClusterOfServers, prefix: str, per_node: int = 2) -> 
             taken[port] += 1
             chosen[name] = port
     return chosen
+
+
+def connected(client: RedisCluster) -> int:
+    """Connections `client` holds open, to any node it knows (the slot map's or the seeds)."""
+    manager = client.nodes_manager
+    nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()]
+    return sum(connection.is_connected for node in nodes for connection in node._connections)

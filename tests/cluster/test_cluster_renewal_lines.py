@@ -18,7 +18,7 @@ from emq_worker.protocol.names import DEFAULT_WIRE_VERSION
 from emq_worker.protocol.scripts import Scripts
 from emq_worker.runtime.renewal_lines import RenewalLines
 from emq_worker.valkey.connection import connect
-from tests.cluster.conftest import spread_queues
+from tests.cluster.conftest import connected, spread_queues
 from tests.support.cluster import ClusterOfServers
 from tests.support.running import running_worker, worker_settings
 from tests.support.wait import until
@@ -60,13 +60,6 @@ async def test_renewal_lines_on_a_cluster_keep_leases_on_every_primary(
     assert held_counters["self_fenced"] == held_counters["leases_lost"] == 0, held_counters
     assert held_counters["renew_failures"] == 0, held_counters
     assert held_counters["reaped"] == 0, held_counters
-
-
-def connected(client: RedisCluster) -> int:
-    """Connections `client` holds open, to any node it knows (the slot map's or the seeds)."""
-    manager = client.nodes_manager
-    nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()]
-    return sum(connection.is_connected for node in nodes for connection in node._connections)
 
 
 async def test_a_stall_as_the_lines_close_leaves_no_line_open(
