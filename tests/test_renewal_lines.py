@@ -152,15 +152,20 @@ async def test_a_stuck_send_does_not_hold_up_the_close() -> None:
         group.cancel_scope.cancel()
 
 
-async def test_a_close_that_fails_leaves_no_line_open() -> None:
-    clients = [LineClient(close_fails=1), LineClient(), LineClient()]
-    lines = lines_of(clients)
+async def connect_each(lines: RenewalLines, clients: list[LineClient]) -> None:
+    """One send per client, each on its own line, ended: every line connected and idle."""
     go = anyio.Event()
     go.set()
     for client in clients:
         with lines.idle() as line:
             assert line is not None
             await client.discover(go)
+
+
+async def test_a_close_that_fails_leaves_no_line_open() -> None:
+    clients = [LineClient(close_fails=1), LineClient(), LineClient()]
+    lines = lines_of(clients)
+    await connect_each(lines, clients)
     await lines.aclose()
     assert [client.open for client in clients] == [False] * 3
 
@@ -168,12 +173,7 @@ async def test_a_close_that_fails_leaves_no_line_open() -> None:
 async def test_a_close_that_hangs_does_not_hold_up_the_others_or_the_stop() -> None:
     clients = [LineClient(close_hangs=True), LineClient()]
     lines = lines_of(clients, close_wait_s=0.05)
-    go = anyio.Event()
-    go.set()
-    for client in clients:
-        with lines.idle() as line:
-            assert line is not None
-            await client.discover(go)
+    await connect_each(lines, clients)
     with anyio.fail_after(5):
         await lines.aclose()
     assert not clients[1].open
